@@ -1,0 +1,121 @@
+"""The one exception family for mistakes a user can make.
+
+Every error a user can cause (bad YAML, unknown accelerator, infeasible request, unknown
+cluster, missing credentials) is a :class:`SkydError`. It carries the field it is about,
+the fix, and an exit code; the CLI prints ``error: <message>`` plus ``hint: <fix>`` and
+exits with ``exit_code`` -- never a traceback. Over the daemon's API it travels as
+``{"error": {"type", "message", "field", "hint", "exit_code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SkydError(Exception):
+    """A mistake the user can fix. Printed without a traceback."""
+
+    exit_code = 1
+    type_name = "SkydError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.hint = hint
+        self.line = line
+
+    def __str__(self) -> str:
+        prefix = ""
+        if self.field:
+            prefix = f"{self.field}: "
+        loc = f" (line {self.line})" if self.line else ""
+        return f"{prefix}{self.message}{loc}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": type(self).__name__,
+            "message": str(self),
+            "field": self.field,
+            "hint": self.hint,
+            "line": self.line,
+            "exit_code": self.exit_code,
+        }
+
+
+class InvalidSpecError(SkydError):
+    """Bad task YAML / bad resource spec / bad CLI override (exit code 2)."""
+
+    exit_code = 2
+
+
+class NotFoundError(SkydError):
+    """Unknown cluster, job, request, service, pool."""
+
+    exit_code = 3
+
+
+class ResourcesUnavailableError(SkydError):
+    """Nothing launchable: infeasible request, or every candidate blocked / out of capacity."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, no_failover: bool = False, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.no_failover = no_failover
+
+
+class CredentialsError(SkydError):
+    """A cloud's credentials are missing or wrong."""
+
+    exit_code = 5
+
+
+class ClusterStateError(SkydError):
+    """The cluster is not in a state that allows the operation (e.g. exec on STOPPED)."""
+
+    exit_code = 6
+
+
+class DaemonUnavailableError(SkydError):
+    """The daemon could not be reached or started."""
+
+    exit_code = 7
+
+
+class CancelledError(SkydError):
+    """The request was cancelled."""
+
+    exit_code = 130
+
+
+_BY_NAME: dict[str, type[SkydError]] = {
+    c.__name__: c
+    for c in (
+        SkydError,
+        InvalidSpecError,
+        NotFoundError,
+        ResourcesUnavailableError,
+        CredentialsError,
+        ClusterStateError,
+        DaemonUnavailableError,
+        CancelledError,
+    )
+}
+
+
+def error_from_dict(d: dict[str, Any]) -> SkydError:
+    """Rebuild an error sent over the wire (client side)."""
+    cls = _BY_NAME.get(str(d.get("type")), SkydError)
+    err = cls.__new__(cls)
+    SkydError.__init__(err, str(d.get("message", "")), hint=d.get("hint"))
+    err.field = None  # message already carries the field prefix
+    err.exit_code = int(d.get("exit_code", cls.exit_code))
+    return err

@@ -1,0 +1,66 @@
+"""Where skyd keeps things. Stdlib only: the CLI imports this on its fast path.
+
+- ``SKYD_HOME``: state (SQLite), logs, keys, sandboxes. Default ``$XDG_DATA_HOME/skyd``
+  (``~/.local/share/skyd``).
+- ``SKYD_SOCKET``: the daemon's Unix socket. Default ``$XDG_RUNTIME_DIR/skyd/skyd.sock`` when
+  ``XDG_RUNTIME_DIR`` is set and no ``SKYD_HOME`` was given, else ``$SKYD_HOME/run/skyd.sock``.
+  (An explicit ``SKYD_HOME`` keeps an instance fully isolated, as tests and benchmarks need.)
+- ``SKYD_CONFIG_DIR``: user config (ssh_node_pools.yaml, config.yaml). Default
+  ``$XDG_CONFIG_HOME/skyd`` (``~/.config/skyd``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    env = os.environ.get("SKYD_HOME")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(xdg) / "skyd"
+
+
+def config_dir() -> Path:
+    env = os.environ.get("SKYD_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(xdg) / "skyd"
+
+
+def socket_path() -> Path:
+    env = os.environ.get("SKYD_SOCKET")
+    if env:
+        return Path(env).expanduser()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and not os.environ.get("SKYD_HOME"):
+        return Path(runtime) / "skyd" / "skyd.sock"
+    return home() / "run" / "skyd.sock"
+
+
+def db_path() -> Path:
+    return home() / "state.db"
+
+
+def logs_dir() -> Path:
+    return home() / "logs"
+
+
+def request_log(request_id: str) -> Path:
+    return logs_dir() / "requests" / f"{request_id}.log"
+
+
+def daemon_log() -> Path:
+    return logs_dir() / "daemon.log"
+
+
+def sandboxes_dir() -> Path:
+    """Where the `local` infra keeps one directory per node."""
+    return home() / "local"
+
+
+def pid_file() -> Path:
+    return home() / "run" / "skyd.pid"
