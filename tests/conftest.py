@@ -1,0 +1,39 @@
+"""Shared fixtures. Each test that touches state gets its own SKYD_HOME and socket."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def skyd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An isolated skyd instance: SKYD_HOME, SKYD_SOCKET and SKYD_CONFIG_DIR under tmp.
+
+    The socket lives under /tmp directly because AF_UNIX paths are limited to ~107 bytes.
+    """
+    import tempfile
+
+    home = tmp_path / "home"
+    home.mkdir()
+    sockdir = Path(tempfile.mkdtemp(prefix="skyd-", dir="/tmp"))
+    monkeypatch.setenv("SKYD_HOME", str(home))
+    monkeypatch.setenv("SKYD_SOCKET", str(sockdir / "s.sock"))
+    monkeypatch.setenv("SKYD_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.delenv("SKYD_CATALOG_DIR", raising=False)
+    yield home
+    try:
+        for p in sockdir.iterdir():
+            p.unlink()
+        sockdir.rmdir()
+    except OSError:
+        pass
+    _ = os  # keep import for helpers that extend this fixture
