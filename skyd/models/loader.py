@@ -1,0 +1,266 @@
+"""YAML -> Task / Dag: parse with line marks, substitute env vars, resolve paths, validate."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path as FsPath
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import PydanticCustomError
+
+from skyd.errors import InvalidSpecError
+from skyd.models._errors import (
+    LineMap,
+    Path,
+    convert_validation_error,
+    custom_to_spec,
+    fmt_path,
+    line_for,
+    suggest,
+)
+from skyd.models.dag import Dag
+from skyd.models.envsubst import substitute_tree
+from skyd.models.expand import expand_resources
+from skyd.models.storage import is_bucket_uri, resolve_local
+from skyd.models.task import Task, _str_scalars
+
+# SkyPilot's top-level task keys (utils/schemas.py get_task_schema) + skyd's estimated_runtime.
+TASK_KEYS: tuple[str, ...] = (
+    "name", "workdir", "event_callback", "num_nodes", "resources", "file_mounts", "service",
+    "pool", "setup", "run", "envs", "secrets", "managed_secrets", "inputs", "outputs",
+    "file_mounts_mapping", "config", "volumes", "volume_mounts", "api_server_access",
+    "_metadata", "estimated_runtime",
+)
+# Fields where $VAR substitution applies (SkyPilot: file_mounts, service, workdir, volumes).
+SUBST_FIELDS: tuple[str, ...] = ("name", "workdir", "file_mounts", "resources", "service",
+                                 "volumes")
+
+
+def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
+    """Field path -> 1-based line. Also records, under ``("\0raw",) + path``, the source
+    text of plain scalars in envs/secrets (so ``LR: 1.5e-4`` stays "1.5e-4")."""
+    out: dict[Path, Any] = {}
+
+    def walk(n: yaml.Node, p: Path) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
+                out[p + (key,)] = k.start_mark.line + 1
+                if (len(p) == 1 and p[0] in ("envs", "secrets") and isinstance(v, yaml.ScalarNode)
+                        and v.tag != "tag:yaml.org,2002:null"):
+                    out[(_RAW,) + p + (key,)] = v.value
+                walk(v, p + (key,))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                out[p + (i,)] = v.start_mark.line + 1
+                walk(v, p + (i,))
+
+    if node is not None:
+        out[()] = node.start_mark.line + 1
+        walk(node, ())
+    return out
+
+
+_RAW = "\0raw"
+
+
+def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
+    """Replace int/float/bool env values by their YAML source text."""
+    if not isinstance(d, dict) or not lines:
+        return d
+    out = {}
+    for k, v in d.items():
+        raw = lines.get((_RAW, field, k))
+        out[k] = raw if isinstance(v, int | float) and isinstance(raw, str) else v
+    return out
+
+
+def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
+    try:
+        docs = list(yaml.safe_load_all(text))
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise InvalidSpecError(
+            f"invalid YAML in {source}: {problem}",
+            line=(mark.line + 1) if mark is not None else None,
+            hint="check indentation, quoting and ':' spacing near that line",
+        ) from None
+    return [(d, _line_map(n)) for d, n in zip(docs, nodes, strict=True)]
+
+
+def _apply_overrides(base: dict[str, str | None], over: Mapping[str, str] | None
+                     ) -> dict[str, str | None]:
+    out = dict(base)
+    for k, v in (over or {}).items():
+        out[k] = str(v)
+    return out
+
+
+def _resolve_paths(d: dict[str, Any], base_dir: FsPath) -> None:
+    wd = d.get("workdir")
+    if isinstance(wd, str) and wd.strip():
+        d["workdir"] = resolve_local(wd, base_dir)
+    fms = d.get("file_mounts")
+    if isinstance(fms, dict):
+        new: dict[Any, Any] = {}
+        for dst, src in fms.items():
+            if isinstance(src, str) and not is_bucket_uri(src) and src.strip():
+                src = resolve_local(src, base_dir)
+            elif isinstance(src, dict) and "kind" not in src:
+                s = src.get("source")
+                if isinstance(s, str):
+                    src = {**src, "source": resolve_local(s, base_dir)}
+                elif isinstance(s, list):
+                    src = {**src, "source": [resolve_local(x, base_dir) if isinstance(x, str)
+                                             else x for x in s]}
+            new[dst] = src
+        d["file_mounts"] = new
+
+
+def task_from_config(
+    config: Any, *, env_overrides: Mapping[str, str] | None = None,
+    secret_overrides: Mapping[str, str] | None = None, base_dir: FsPath | None = None,
+    allow_missing_env: bool = False, lines: LineMap | None = None, prefix: Path = (),
+) -> Task:
+    """One YAML task mapping -> Task (what ``load_task`` does after parsing).
+
+    ``lines`` maps field paths to YAML lines; ``prefix`` (e.g. ``("tasks", 1)``) is put in
+    front of field paths in errors.
+    """
+    try:
+        return _task_from_config(config, env_overrides, secret_overrides, base_dir,
+                                 allow_missing_env, lines)
+    except InvalidSpecError as e:
+        if prefix:
+            e.field = fmt_path(prefix) + (f".{e.field}" if e.field else "")
+        raise
+
+
+def _task_from_config(
+    config: Any, env_overrides: Mapping[str, str] | None,
+    secret_overrides: Mapping[str, str] | None, base_dir: FsPath | None,
+    allow_missing_env: bool, lines: LineMap | None,
+) -> Task:
+    def err_at(p: Path, msg: str, hint: str | None = None) -> InvalidSpecError:
+        return InvalidSpecError(msg, field=fmt_path(p) or None, hint=hint,
+                                line=line_for(p, lines))
+
+    if not isinstance(config, dict):
+        raise err_at((), f"a task must be a mapping of fields, got {type(config).__name__}",
+                     "see the SkyPilot task YAML reference")
+    for k in config:
+        if k not in TASK_KEYS:
+            s = suggest(str(k), TASK_KEYS)
+            raise err_at((str(k),), f"unknown field '{k}'",
+                         f"did you mean '{s}'?" if s else f"valid fields: {', '.join(TASK_KEYS)}")
+    d = dict(config)
+    base_dir = base_dir or FsPath(os.getcwd())
+    try:
+        try:
+            envs = _apply_overrides(
+                _str_scalars(_raw_scalars(d.get("envs"), "envs", lines), "envs", True),
+                env_overrides)
+        except PydanticCustomError as e:
+            raise custom_to_spec(e, ("envs",), lines) from None
+        raw_secrets = d.get("secrets")
+        secrets_dict = (_raw_scalars(raw_secrets, "secrets", lines)
+                        if not isinstance(raw_secrets, list) else {})
+        try:
+            secrets = _apply_overrides(_str_scalars(secrets_dict, "secrets", True),
+                                       secret_overrides)
+        except PydanticCustomError as e:
+            raise custom_to_spec(e, ("secrets",), lines) from None
+        missing = [k for k, v in {**envs, **secrets}.items() if v is None]
+        if missing and not allow_missing_env:
+            k = missing[0]
+            kind = "secrets" if k in secrets and secrets[k] is None else "envs"
+            flag = "--secret" if kind == "secrets" else "--env"
+            raise err_at((kind, k), f"{k} is required (declared null) but no value was given",
+                         f"pass {flag} {k}=... (or put it in an env file and use {flag}-file)")
+        d["envs"] = envs
+        if not isinstance(raw_secrets, list):
+            d["secrets"] = secrets
+        elif secret_overrides:
+            d["managed_secrets"] = list(d.get("managed_secrets") or []) + raw_secrets
+            d["secrets"] = secrets
+        env_map = {k: v for k, v in {**envs, **secrets}.items() if v is not None}
+        keep = frozenset(missing)
+        for f in SUBST_FIELDS:
+            if d.get(f) is not None:
+                d[f] = substitute_tree(d[f], env_map, (f,), keys=(f == "file_mounts"),
+                                       keep=keep, lines=lines)
+        _resolve_paths(d, base_dir)
+        if "resources" in d and d["resources"] is not None:
+            cands, ordered = expand_resources(d["resources"], path=("resources",), lines=lines)
+            d["resources"] = cands
+            d["resources_ordered"] = ordered
+        return Task.model_validate(d)
+    except ValidationError as e:
+        raise convert_validation_error(e, (), lines) from None
+    except PydanticCustomError as e:
+        raise custom_to_spec(e, (), lines) from None
+
+
+def _read(source: str | os.PathLike[str], text: str | None) -> tuple[str, str, FsPath]:
+    if text is not None:
+        return text, str(source), FsPath(os.getcwd())
+    p = FsPath(source).expanduser()
+    try:
+        return p.read_text(), str(p), p.resolve().parent
+    except FileNotFoundError:
+        raise InvalidSpecError(f"no such file: {str(p)!r}", hint="check the path to the task YAML"
+                               ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidSpecError(f"cannot read {str(p)!r}: {e}") from None
+
+
+def load_dag(
+    source: str | os.PathLike[str], *, text: str | None = None,
+    env_overrides: Mapping[str, str] | None = None,
+    secret_overrides: Mapping[str, str] | None = None, base_dir: FsPath | None = None,
+    allow_missing_env: bool = False,
+) -> Dag:
+    """Load a task YAML (one document = one task; several ``---`` documents = a chain).
+
+    ``text`` given: parse it, ``source`` is only its display name, and relative paths
+    resolve against ``base_dir`` or the cwd. Otherwise read ``source``; relative paths
+    resolve against the YAML's directory. ``env_overrides``/``secret_overrides`` are
+    ``--env``/``--secret`` (they win over the YAML). ``allow_missing_env``: envs declared
+    ``null`` may stay unset (``Task.required_envs()`` lists them) -- for ``validate``.
+    """
+    body, display, default_dir = _read(source, text)
+    base = FsPath(base_dir) if base_dir is not None else default_dir
+    docs = [(d, lm) for d, lm in _parse_yaml(body, display) if d is not None]
+    if not docs:
+        raise InvalidSpecError(f"{display} has no task in it", hint="add at least run: ...")
+    name: str | None = None
+    if len(docs) > 1 and isinstance(docs[0][0], dict) and set(docs[0][0]) == {"name"}:
+        name = docs[0][0]["name"]
+        if name is not None and not isinstance(name, str):
+            raise InvalidSpecError("the DAG name must be a string", field="name",
+                                   line=line_for(("name",), docs[0][1]))
+        docs = docs[1:]
+    multi = len(docs) > 1
+    tasks = [
+        task_from_config(d, env_overrides=env_overrides, secret_overrides=secret_overrides,
+                         base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
+                         prefix=("tasks", i) if multi else ())
+        for i, (d, lm) in enumerate(docs)
+    ]
+    if len(tasks) == 1:
+        return Dag(tasks, [], name)
+    return Dag.chain(tasks, name)
+
+
+def load_task(source: str | os.PathLike[str], **kw: Any) -> Task:
+    """Load a single-task YAML (several documents -> InvalidSpecError)."""
+    dag = load_dag(source, **kw)
+    if len(dag.tasks) != 1:
+        raise InvalidSpecError(f"expected one task, {source} holds {len(dag.tasks)}",
+                               hint="use load_dag for multi-document (chain) YAMLs")
+    return dag.tasks[0]

@@ -1,0 +1,139 @@
+"""``service:`` section (SkyServe-compatible)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import model_validator
+
+from skyd.models._errors import fail
+from skyd.models.resources import SpecModel
+
+DEFAULT_INITIAL_DELAY_SECONDS = 1200
+DEFAULT_PROBE_TIMEOUT_SECONDS = 15
+DEFAULT_UPSCALE_DELAY_SECONDS = 300
+DEFAULT_DOWNSCALE_DELAY_SECONDS = 1200
+LB_POLICIES = ("round_robin", "least_load", "instance_aware_least_load")
+DEFAULT_LB_POLICY = "least_load"
+
+
+class ReadinessProbe(SpecModel):
+    _what: ClassVar[str] = "readiness_probe"
+    path: str = "/"
+    initial_delay_seconds: int | float = DEFAULT_INITIAL_DELAY_SECONDS
+    timeout_seconds: int | float = DEFAULT_PROBE_TIMEOUT_SECONDS
+    endpoint_probe_interval_seconds: int | float | None = None
+    consecutive_failure_threshold_timeout: int | float | None = None
+    post_data: str | dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"path": data}
+        if not isinstance(data, dict):
+            fail("readiness_probe must be a path or a mapping", "e.g. readiness_probe: /health")
+        p = data.get("path")
+        if isinstance(p, str) and not p.startswith("/"):
+            fail(f"readiness_probe path must start with '/', got {p!r}", f"write '/{p}'",
+                 sub=("path",))
+        for k in ("initial_delay_seconds", "timeout_seconds"):
+            v = data.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
+                fail(f"{k} must not be negative", sub=(k,))
+        return data
+
+
+class ReplicaPolicy(SpecModel):
+    _what: ClassVar[str] = "replica_policy"
+    min_replicas: int = 1
+    max_replicas: int | None = None
+    target_qps_per_replica: int | float | dict[str, int | float] | None = None
+    num_overprovision: int | None = None
+    dynamic_ondemand_fallback: bool | None = None
+    base_ondemand_fallback_replicas: int | None = None
+    spot_placer: str | None = None
+    upscale_delay_seconds: int | float = DEFAULT_UPSCALE_DELAY_SECONDS
+    downscale_delay_seconds: int | float = DEFAULT_DOWNSCALE_DELAY_SECONDS
+
+    @model_validator(mode="before")
+    @classmethod
+    def _neg(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for k in ("min_replicas", "max_replicas", "num_overprovision",
+                      "base_ondemand_fallback_replicas"):
+                v = data.get(k)
+                if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+                    fail(f"{k} must be >= 0, got {v}", sub=(k,))
+        return data
+
+    @model_validator(mode="after")
+    def _scale(self) -> ReplicaPolicy:
+        if self.max_replicas is not None:
+            if self.max_replicas < self.min_replicas:
+                fail(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})",
+                     sub=("max_replicas",))
+            if self.max_replicas > self.min_replicas and self.target_qps_per_replica is None:
+                fail("autoscaling (max_replicas > min_replicas) needs target_qps_per_replica",
+                     "add replica_policy.target_qps_per_replica, e.g. 2.5",
+                     sub=("target_qps_per_replica",))
+        return self
+
+
+class TLS(SpecModel):
+    _what: ClassVar[str] = "tls"
+    keyfile: str
+    certfile: str
+
+
+class LoadBalancerSpec(SpecModel):
+    _what: ClassVar[str] = "load_balancer"
+    stream_timeout_seconds: int | float | None = None
+
+
+class ServiceSpec(SpecModel):
+    """Serving spec. ``replicas: N`` is normalized into ``replica_policy.min_replicas``."""
+
+    _what: ClassVar[str] = "service"
+    readiness_probe: ReadinessProbe = ReadinessProbe()
+    replicas: int | None = None
+    replica_policy: ReplicaPolicy = ReplicaPolicy()
+    load_balancing_policy: Literal["round_robin", "least_load", "instance_aware_least_load"] = (
+        "least_load")
+    ports: int | None = None
+    tls: TLS | None = None
+    load_balancer: LoadBalancerSpec | None = None
+    workers: int | None = None
+    pool: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: Any) -> Any:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            fail("service must be a mapping", "e.g. service: {readiness_probe: /health, replicas: 2}")
+        d = dict(data)
+        reps = d.get("replicas")
+        pol = d.get("replica_policy")
+        if reps is not None:
+            if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
+                fail(f"replicas must be an integer >= 0, got {reps!r}", sub=("replicas",))
+            if isinstance(pol, dict):
+                if pol.get("min_replicas", reps) != reps or pol.get("max_replicas") not in (None, reps):
+                    fail("give either replicas: or replica_policy:, not both",
+                         "use replica_policy.min_replicas/max_replicas for autoscaling",
+                         sub=("replicas",))
+            else:
+                d["replica_policy"] = {"min_replicas": reps}
+        lb = d.get("load_balancing_policy")
+        if isinstance(lb, str):
+            d["load_balancing_policy"] = lb.strip().lower()
+            if d["load_balancing_policy"] not in LB_POLICIES:
+                fail(f"unknown load_balancing_policy {lb!r}", f"one of {', '.join(LB_POLICIES)}",
+                     sub=("load_balancing_policy",))
+        ports = d.get("ports")
+        if isinstance(ports, int) and not isinstance(ports, bool) and not 1 <= ports <= 65535:
+            fail(f"service port {ports} out of range 1-65535", sub=("ports",))
+        return d

@@ -1,0 +1,285 @@
+"""Task: what to run, where it may run (a list of candidate Resources), and with what data."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ValidationError, field_validator, model_validator
+
+from skyd.errors import InvalidSpecError
+from skyd.models import parsing
+from skyd.models._errors import convert_validation_error, fail
+from skyd.models.accelerators import expand_accelerators
+from skyd.models.expand import expand_resources
+from skyd.models.resources import Resources, SpecModel
+from skyd.models.service import ServiceSpec
+from skyd.models.storage import FileMount, resolve_local
+
+REDACTED = "<redacted>"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+TaskValidator = Callable[["Task"], list[str]]
+_VALIDATORS: list[TaskValidator] = []
+
+
+def register_task_validator(fn: TaskValidator) -> TaskValidator:
+    """Add ``fn(task) -> list[str]`` (warnings) to what ``Task.validate()`` runs.
+
+    Idempotent (registering the same function twice runs it once); usable as a decorator.
+    """
+    if fn not in _VALIDATORS:
+        _VALIDATORS.append(fn)
+    return fn
+
+
+def registered_task_validators() -> list[TaskValidator]:
+    return list(_VALIDATORS)
+
+
+def _str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
+    """envs/secrets: keys must be env names; numbers/bools become strings (as SkyPilot)."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        fail(f"{what} must be a mapping of NAME: value")
+    out: dict[str, str | None] = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not ENV_NAME_RE.match(k):
+            fail(f"{k!r} is not a valid variable name", "names match [A-Za-z_][A-Za-z0-9_]*",
+                 sub=(str(k),))
+        if val is None:
+            if not allow_none:
+                fail(f"{k} has no value", sub=(k,))
+            out[k] = None
+        elif isinstance(val, dict | list):
+            fail(f"{k} must be a string, got {type(val).__name__}", sub=(k,))
+        else:
+            out[k] = str(val)
+    return out
+
+
+class WorkdirGit(SpecModel):
+    _what: ClassVar[str] = "workdir"
+    url: str
+    ref: str | None = None
+
+
+class Task(SpecModel):
+    """A task. ``resources`` is the list of candidates (any of, or in order when
+    ``resources_ordered``); a task always has at least one (possibly empty) candidate."""
+
+    _what: ClassVar[str] = "task"
+    _extra_keys: ClassVar[tuple[str, ...]] = ("_metadata",)
+
+    name: str | None = None
+    workdir: str | WorkdirGit | None = None
+    num_nodes: int = 1
+    setup: str | None = None
+    run: str | None = None
+    envs: dict[str, str | None] = {}
+    secrets: dict[str, str | None] = {}
+    managed_secrets: list[Any] | None = None
+    file_mounts: dict[str, FileMount] = {}
+    resources: list[Resources] = [Resources()]
+    resources_ordered: bool = False
+    service: ServiceSpec | None = None
+    pool: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    inputs: dict[str, int | float] | None = None
+    outputs: dict[str, int | float] | None = None
+    event_callback: str | None = None
+    estimated_runtime: int | float | None = None  # seconds
+    volumes: dict[str, Any] | None = None
+    volume_mounts: list[Any] | None = None
+    file_mounts_mapping: dict[str, Any] | None = None
+    api_server_access: bool | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            fail(f"a task must be a mapping, got {type(data).__name__}")
+        d = dict(data)
+        if "_metadata" in d:
+            d["metadata"] = d.pop("_metadata")
+        if isinstance(d.get("secrets"), list):
+            refs = d.pop("secrets")
+            d["managed_secrets"] = list(d.get("managed_secrets") or []) + refs
+        res = d.get("resources")
+        if res is None:
+            d.pop("resources", None)
+        elif isinstance(res, dict):
+            cands, ordered = expand_resources(res)
+            d["resources"] = cands
+            d.setdefault("resources_ordered", ordered)
+        elif isinstance(res, list) and not res:
+            fail("resources list is empty", sub=("resources",))
+        return d
+
+    @field_validator("envs", mode="before")
+    @classmethod
+    def _envs(cls, v: Any) -> Any:
+        return _str_scalars(v, "envs", allow_none=True)
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, v: Any) -> Any:
+        return _str_scalars(v, "secrets", allow_none=True)
+
+    @field_validator("num_nodes", mode="before")
+    @classmethod
+    def _nodes(cls, v: Any) -> Any:
+        if v is None:
+            return 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            fail(f"num_nodes must be an integer >= 1, got {v!r}", "e.g. num_nodes: 2")
+        return v
+
+    @field_validator("inputs", "outputs", mode="before")
+    @classmethod
+    def _io(cls, v: Any, info: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, dict) or len(v) > 1:
+            fail(f"{info.field_name} takes at most one entry {{cloud_uri: size_gb}}")
+        for k, size in v.items():
+            if isinstance(size, bool) or not isinstance(size, int | float) or size < 0:
+                fail(f"size of {k!r} must be a number of GB >= 0, got {size!r}", sub=(str(k),))
+        return v
+
+    @field_validator("estimated_runtime", mode="before")
+    @classmethod
+    def _runtime(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        return parsing.parse_duration(v, default_unit="s", what="estimated_runtime")
+
+    @field_validator("file_mounts", mode="before")
+    @classmethod
+    def _fm(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            fail("file_mounts must be a mapping of remote path: source")
+        for k in v:
+            if not isinstance(k, str) or not k.strip():
+                fail(f"bad file_mounts destination {k!r}", "use an absolute path or ~/...")
+        return v
+
+    # ------------------------------------------------------------------ behaviour
+    def validate(self) -> list[str]:  # type: ignore[override]
+        """Run every registered validator; returns warnings (errors raise at load)."""
+        out: list[str] = []
+        for fn in _VALIDATORS:
+            out.extend(fn(self))
+        return out
+
+    def required_envs(self) -> list[str]:
+        """Envs/secrets declared ``null`` and not supplied (only with allow_missing_env)."""
+        return [k for k, v in {**self.envs, **self.secrets}.items() if v is None]
+
+    def _rebuild(self, **updates: Any) -> Task:
+        d = self.model_dump()
+        d.update(updates)
+        return Task.model_validate(d)
+
+    def with_overrides(
+        self, *, gpus: Any = None, cpus: Any = None, memory: Any = None, infra: str | None = None,
+        instance_type: str | None = None, use_spot: bool | None = None,
+        num_nodes: int | None = None, workdir: str | None = None, disk_size: Any = None,
+        image_id: str | None = None, ports: Any = None, name: str | None = None,
+        job_recovery: Any = None, base_dir: Path | None = None,
+    ) -> Task:
+        """CLI overrides (``--gpus``, ``--cpus``, ...) applied to every candidate.
+
+        ``gpus`` replaces the accelerator set: candidates that differed only by accelerator
+        collapse, then each is crossed with the new accelerator options (a list form makes
+        the result ordered). Errors name the flag, e.g. ``--gpus``.
+        """
+        res_over = {k: v for k, v in (
+            ("cpus", cpus), ("memory", memory), ("infra", infra),
+            ("instance_type", instance_type), ("use_spot", use_spot),
+            ("disk_size", disk_size), ("image_id", image_id), ("ports", ports),
+            ("job_recovery", job_recovery)) if v is not None}
+        for k, v in res_over.items():
+            try:
+                Resources.model_validate({k: v})
+            except ValidationError as e:
+                err = convert_validation_error(e)
+                raise InvalidSpecError(err.message, field="--" + k.replace("_", "-"),
+                                       hint=err.hint) from None
+        cands = list(self.resources)
+        ordered = self.resources_ordered
+        if gpus is not None:
+            opts, is_list = expand_accelerators(gpus, field="--gpus")
+            bases: list[Resources] = []
+            for c in cands:
+                b = c.copy(accelerators=None)
+                if b not in bases:
+                    bases.append(b)
+            cands = [b.copy(accelerators={n: cnt}) for n, cnt in opts for b in bases]
+            ordered = is_list or (ordered and len(bases) > 1)
+        new = []
+        for c in cands:
+            r = c.copy(**res_over) if res_over else c
+            if r not in new:
+                new.append(r)
+        updates: dict[str, Any] = {"resources": new, "resources_ordered": ordered}
+        if num_nodes is not None:
+            updates["num_nodes"] = num_nodes
+        if name is not None:
+            updates["name"] = name
+        if workdir is not None:
+            updates["workdir"] = resolve_local(workdir, base_dir or Path(os.getcwd()))
+        try:
+            return self._rebuild(**updates)
+        except ValidationError as e:
+            err = convert_validation_error(e)
+            field = err.field or ""
+            flag = "--" + field.split(".")[0].replace("_", "-") if field else None
+            raise InvalidSpecError(err.message, field=flag, hint=err.hint) from None
+
+    # ------------------------------------------------------------------ normalized form
+    def to_normalized(self, *, redact_secrets: bool = True) -> dict[str, Any]:
+        """JSON-able dict. Secret values (and envs shadowed by a secret) are ``<redacted>``
+        unless ``redact_secrets=False`` (what the daemon stores)."""
+        def red(v: str | None) -> str | None:
+            return REDACTED if (redact_secrets and v is not None) else v
+
+        envs = {k: (red(v) if k in self.secrets else v) for k, v in self.envs.items()}
+        d: dict[str, Any] = {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "workdir": (self.workdir.model_dump(mode="json")
+                        if isinstance(self.workdir, WorkdirGit) else self.workdir),
+            "setup": self.setup,
+            "run": self.run,
+            "envs": envs,
+            "secrets": {k: red(v) for k, v in self.secrets.items()},
+            "file_mounts": {k: v.to_normalized() for k, v in self.file_mounts.items()},
+            "service": self.service.model_dump(mode="json") if self.service else None,
+            "resources": [r.to_normalized() for r in self.resources],
+            "resources_ordered": self.resources_ordered,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "config": self.config,
+            "event_callback": self.event_callback,
+        }
+        for k in ("estimated_runtime", "pool", "volumes", "volume_mounts",
+                  "file_mounts_mapping", "api_server_access", "managed_secrets", "metadata"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    @classmethod
+    def from_normalized(cls, d: dict[str, Any]) -> Task:
+        try:
+            return cls.model_validate(d)
+        except ValidationError as e:
+            raise convert_validation_error(e) from None
