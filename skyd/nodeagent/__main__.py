@@ -1,0 +1,65 @@
+"""`python -m skyd.nodeagent --home DIR --listen 127.0.0.1:0 ...` (also the zipapp's entry)."""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="skyd-agent", description="skyd node agent")
+    p.add_argument("--home", required=True, help="agent state dir (jobs.db, logs, agent.json)")
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any) or unix:PATH")
+    p.add_argument(
+        "--token-file", help="cluster token file (default HOME/token, created if absent)"
+    )
+    p.add_argument("--node-rank", type=int, default=0, help="0 = head (owns the job queue)")
+    p.add_argument("--cluster", default="", help="cluster name")
+    p.add_argument(
+        "--autostop-action",
+        default="local-stop",
+        help="local-stop (persist stopped, kill jobs, exit) or command:<shell cmd>",
+    )
+    p.add_argument("--cpus", type=float, help="CPU capacity for scheduling (default: cpu count)")
+    p.add_argument(
+        "--gpus",
+        help="report these fake GPUs, e.g. H100:2 (default: detect; env SKYD_FAKE_GPUS works too)",
+    )
+    p.add_argument("--tick", type=float, default=1.0, help="event loop tick seconds")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0)
+    args = p.parse_args(argv)
+    if args.autostop_action != "local-stop" and not args.autostop_action.startswith("command:"):
+        p.error("--autostop-action must be local-stop or command:<cmd>")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("MULTIDICT_NO_EXTENSIONS", "1")
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from .server import serve
+
+    coro = serve(Path(args.home).resolve(), args.listen,
+                 Path(args.token_file) if args.token_file else None, args.node_rank,
+                 args.cluster, args.autostop_action, args.cpus, args.gpus, args.tick,
+                 args.heartbeat_interval)  # fmt: skip
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Async client of the node agent (used by the daemon, and by head agents to reach workers),
+and `start_agent_detached` to launch an agent process. Only grpclib/betterproto + stdlib;
+Python 3.8 compatible because the head agent uses it too.
+
+Errors: RPC failures raise grpclib.exceptions.GRPCError (status UNAUTHENTICATED for a wrong
+token, NOT_FOUND for an unknown job, INVALID_ARGUMENT / FAILED_PRECONDITION for a bad spec);
+an unreachable agent raises OSError (ConnectionRefusedError) or asyncio.TimeoutError.
+"""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from grpclib.client import Channel
+
+from ..proto import skyd_agent as pb
+from .spec import SpecLike, job_from_proto, spec_to_proto
+
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class AgentClient:
+    """`async with AgentClient(host, port, token) as c: await c.submit_job({...})`.
+    `AgentClient(path="/x/agent.sock", token=...)` connects over a Unix socket."""
+
+    def __init__(self, host: str | None = None, port: int | None = None, token: str = "",
+                 *, path: str | None = None, timeout: float = 30.0) -> None:  # fmt: skip
+        if path:
+            self._channel = Channel(path=path)
+        else:
+            self._channel = Channel(host or "127.0.0.1", int(port or 0))
+        self._stub = pb.NodeAgentStub(
+            self._channel, metadata={"authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def submit_job(self, spec: SpecLike) -> int:
+        resp = await self._stub.submit_job(pb.SubmitJobRequest(spec=spec_to_proto(spec)))
+        return int(resp.job_id)
+
+    async def job_queue(self, skip_finished: bool = False,
+                        job_ids: Iterable[int] = ()) -> list[dict[str, Any]]:  # fmt: skip
+        resp = await self._stub.get_job_queue(
+            pb.GetJobQueueRequest(skip_finished=skip_finished, job_ids=list(job_ids))
+        )
+        return [job_from_proto(j) for j in resp.jobs]
+
+    async def cancel_jobs(self, job_ids: Sequence[int] | None = None) -> list[int]:
+        """Cancel these jobs (None = every non-terminal job); returns the ids cancelled.
+        Returns once their processes are gone (SIGTERM, then SIGKILL after 5 s)."""
+        req = pb.CancelJobsRequest(job_ids=list(job_ids or []), all=job_ids is None)
+        resp = await self._stub.cancel_jobs(req, timeout=60)
+        return list(resp.cancelled)
+
+    async def tail_logs(self, job_id: int = 0, follow: bool = True, tail: int = 0,
+                        node: int | None = None) -> AsyncIterator[bytes]:  # fmt: skip
+        """Stream a job's log (job_id 0 = latest). Ends when the job is terminal and drained
+        (follow) or at the current end of the log (no follow). node = one rank's log; None =
+        the whole job (gang jobs: every rank's lines, prefixed '(head, rank=0) ' etc.)."""
+        req = pb.TailLogsRequest(job_id=job_id, follow=follow, tail=tail, node=node)
+        async for chunk in self._stub.tail_logs(req, timeout=None):
+            yield chunk.data
+
+    async def status(self) -> dict[str, Any]:
+        s = await self._stub.get_status(pb.GetStatusRequest())
+        return {
+            "version": s.version, "rank": s.rank, "cluster": s.cluster, "cpus": s.cpus,
+            "memory_gb": s.memory_gb,
+            "gpus": [{"index": g.index, "name": g.name, "memory_mib": g.memory_mib,
+                      "uuid": g.uuid, "vendor": g.vendor} for g in s.gpus],
+            "running": s.running, "pending": s.pending,
+            "autostop": {"idle_minutes": s.autostop_idle_minutes if s.autostop_idle_minutes >= 0
+                         else None, "down": s.autostop_down, "action": s.autostop_action},
+            "idle_seconds": s.idle_seconds, "stopped": s.stopped, "started_at": s.started_at,
+            "pid": s.pid,
+        }  # fmt: skip
+
+    async def set_autostop(self, idle_minutes: float, down: bool = False) -> None:
+        """idle_minutes < 0 cancels autostop; fractions of a minute are allowed."""
+        await self._stub.set_autostop(pb.SetAutostopRequest(idle_minutes=idle_minutes, down=down))
+
+    async def health(self, timeout: float = 5.0) -> bool:
+        """True when the agent answers; False when unreachable. A wrong token raises."""
+        try:
+            resp = await self._stub.health(pb.HealthRequest(), timeout=timeout)
+        except (OSError, asyncio.TimeoutError):
+            return False
+        return bool(resp.ok)
+
+    async def shutdown(self, exit: bool = False) -> list[int]:
+        """Cancel every job (stop/down); with exit=True the agent process also exits."""
+        resp = await self._stub.shutdown(pb.ShutdownRequest(exit=exit), timeout=60)
+        return list(resp.cancelled)
+
+    # ---- gang scheduling (head agent -> worker agents) ---------------------------------
+    async def start_rank(self, job_id: int, rank: int, phase: str, spec: SpecLike) -> pb.RankState:
+        req = pb.StartRankRequest(job_id=job_id, rank=rank, phase=phase, spec=spec_to_proto(spec))
+        return await self._stub.start_rank(req)
+
+    async def rank_status(self, job_id: int, rank: int, phase: str,
+                          wait_seconds: float = 0.0) -> pb.RankState:  # fmt: skip
+        req = pb.RankStatusRequest(job_id=job_id, rank=rank, phase=phase, wait_seconds=wait_seconds)
+        return await self._stub.rank_status(req, timeout=wait_seconds + 30)
+
+    async def kill_rank(self, job_id: int, rank: int) -> None:
+        await self._stub.kill_rank(pb.KillRankRequest(job_id=job_id, rank=rank), timeout=60)
+
+
+def read_agent_json(home: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads((Path(home) / "agent.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def agent_command(home: Path, *, python: str = sys.executable, listen: str = "127.0.0.1:0",
+                  token_file: Path | None = None, rank: int = 0, cluster: str = "",
+                  extra_args: Sequence[str] = (), zipapp: Path | None = None) -> list[str]:  # fmt: skip
+    entry = [str(zipapp)] if zipapp else ["-m", "skyd.nodeagent"]
+    cmd = [python] + entry + ["--home", str(home), "--listen", listen, "--node-rank", str(rank)]
+    if token_file:
+        cmd += ["--token-file", str(token_file)]
+    if cluster:
+        cmd += ["--cluster", cluster]
+    return cmd + list(extra_args)
+
+
+def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
+                                  env: dict[str, str] | None = None,
+                                  **kw: Any) -> dict[str, Any]:  # fmt: skip
+    """Start an agent in its own session (stdio -> HOME/agent.log) and wait for a fresh
+    HOME/agent.json. Returns agent.json: {pid, host, port, version, started_at, ...}."""
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        (home / "agent.json").unlink()
+    except OSError:
+        pass
+    child_env = dict(os.environ if env is None else env)
+    if not kw.get("zipapp"):
+        pp = child_env.get("PYTHONPATH")
+        child_env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + pp if pp else "")
+    with open(str(home / "agent.log"), "ab") as log:
+        proc = subprocess.Popen(
+            agent_command(home, **kw), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, env=child_env, close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = read_agent_json(home)
+        if info and info.get("pid") == proc.pid:
+            return info
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    tail = (home / "agent.log").read_bytes()[-2000:].decode(errors="replace")
+    raise RuntimeError(f"node agent in {home} did not start (exit {proc.returncode}): {tail}")
+
+
+async def start_agent_detached(home: Path, **kw: Any) -> dict[str, Any]:
+    """Async form of start_agent_detached_blocking (runs it in a worker thread)."""
+    loop = asyncio.get_event_loop()
+    return await loop.run_in_executor(None, lambda: start_agent_detached_blocking(home, **kw))

@@ -1,0 +1,187 @@
+"""The node agent's state: queue, executor, capacity, job drivers, activity and autostop.
+Python 3.8 compatible."""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import gang
+from . import jobqueue as jq
+from .executor import Executor
+from .gpu import Gpu
+from .scheduler import Capacity, plan_admissions
+from .spec import validate_spec
+
+
+class SpecError(ValueError):
+    pass
+
+
+class Agent:
+    def __init__(self, home: Path, *, rank: int, cluster: str, token: str, gpus: list[Gpu],
+                 cpus: float, memory_gb: float, autostop_action: str) -> None:  # fmt: skip
+        self.home, self.rank, self.cluster, self.token = home, rank, cluster, token
+        self.gpus, self.memory_gb, self.autostop_action = gpus, memory_gb, autostop_action
+        self.vendor = gpus[0].vendor if gpus else ""
+        self.capacity = Capacity(cpus, [g.index for g in gpus])
+        self.queue = jq.JobQueue(home / "jobs.db")
+        self.ex = Executor(home, self.queue, self.vendor, cluster)
+        self.drivers: dict[int, asyncio.Task] = {}  # type: ignore[type-arg]
+        self.started_at = time.time()
+        self.last_activity = time.time()
+        self.wake = asyncio.Event()
+        self.exit_requested = asyncio.Event()
+        self.queue.set_meta("stopped", False)
+
+    # ---- activity / autostop ----------------------------------------------------------
+    def touch(self) -> None:
+        self.last_activity = time.time()
+
+    @property
+    def autostop(self) -> dict[str, Any]:
+        return dict(self.queue.meta("autostop", {"idle_minutes": -1.0, "down": False}))
+
+    def set_autostop(self, idle_minutes: float, down: bool) -> None:
+        self.queue.set_meta("autostop", {"idle_minutes": float(idle_minutes), "down": bool(down)})
+        self.touch()
+
+    def counts(self) -> dict[str, int]:
+        active = self.queue.with_status([jq.PENDING, jq.SETTING_UP, jq.RUNNING, jq.INIT])
+        running = sum(1 for j in active if j["status"] in jq.ACTIVE)
+        return {"running": running, "pending": len(active) - running}
+
+    def idle_seconds(self) -> float:
+        c = self.counts()
+        if c["running"] or c["pending"]:
+            return 0.0
+        return max(0.0, time.time() - self.last_activity)
+
+    # ---- jobs -------------------------------------------------------------------------
+    def submit(self, spec: dict[str, Any]) -> int:
+        err = validate_spec(spec)
+        if err:
+            raise SpecError(err)
+        if not self.capacity.fits_ever(spec["cpus"], spec["gpus"]):
+            raise SpecError(
+                "job needs cpus=%g gpus=%d per node but this node has cpus=%g gpus=%d; "
+                "lower the demand or use a bigger node"
+                % (spec["cpus"], spec["gpus"], self.capacity.cpus, len(self.capacity.gpu_indices))
+            )
+        job_id = self.queue.add(spec, self.cluster)
+        self.touch()
+        self.wake.set()
+        return job_id
+
+    def log_path(self, job_id: int) -> Path:
+        return self.ex.log_path(job_id, 0)
+
+    def schedule(self) -> None:
+        """Admit pending jobs that fit (persisted as SETTING_UP with their GPU slots)."""
+        pending = self.queue.with_status([jq.PENDING])
+        if not pending:
+            return
+        active = self.queue.with_status(jq.ACTIVE)
+        for job_id, slots in plan_admissions(pending, active, self.capacity):
+            job = self.queue.set_status(job_id, jq.SETTING_UP, gpu_slots=slots)
+            self._spawn_driver(job)
+
+    def _spawn_driver(self, job: dict[str, Any]) -> None:
+        ranks = gang.make_ranks(self.ex, job, self.token)
+        task = asyncio.ensure_future(gang.drive(self.queue, job["job_id"], ranks))
+        self.drivers[job["job_id"]] = task
+
+        def _done(t: asyncio.Future) -> None:  # type: ignore[type-arg]
+            self.drivers.pop(job["job_id"], None)
+            if not t.cancelled() and t.exception() is not None:
+                self._driver_crashed(job["job_id"], t.exception())
+            self.touch()
+            self.wake.set()
+
+        task.add_done_callback(_done)
+
+    def _driver_crashed(self, job_id: int, exc: BaseException | None) -> None:
+        job = self.queue.get(job_id)
+        if job and job["status"] not in jq.TERMINAL:
+            self.queue.set_status(job_id, jq.FAILED_DRIVER, reason=f"driver error: {exc!r}")
+
+    def recover(self) -> None:
+        """After a restart: resume drivers of admitted jobs (adopting live processes)."""
+        for job in self.queue.with_status(jq.ACTIVE):
+            self._spawn_driver(job)
+        for job in self.queue.with_status([jq.INIT]):
+            self.queue.set_status(job["job_id"], jq.PENDING)
+
+    async def cancel(self, job_ids: list[int] | None) -> list[int]:
+        """Cancel (None = all non-terminal). Returns once the processes are gone."""
+        self.touch()
+        jobs = self.queue.with_status([jq.INIT, jq.PENDING, jq.SETTING_UP, jq.RUNNING])
+        if job_ids is not None:
+            wanted = set(job_ids)
+            jobs = [j for j in jobs if j["job_id"] in wanted]
+        await asyncio.gather(*(self._cancel_one(j) for j in jobs))
+        return [j["job_id"] for j in jobs]
+
+    async def _cancel_one(self, job: dict[str, Any]) -> None:
+        job_id = job["job_id"]
+        task = self.drivers.pop(job_id, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if job["status"] in jq.ACTIVE:
+            ranks = gang.make_ranks(self.ex, job, self.token)
+            await asyncio.gather(*(r.kill() for r in ranks))
+            for r in ranks:
+                if isinstance(r, gang.RemoteRank):
+                    r.close()
+        current = self.queue.get(job_id)
+        if current and current["status"] not in jq.TERMINAL:
+            self.queue.set_status(job_id, jq.CANCELLED, reason="cancelled")
+
+    # ---- worker side of gang scheduling ----------------------------------------------
+    def start_rank(self, job_id: int, rank: int, phase: str, spec: dict[str, Any]) -> None:
+        self.touch()
+        existing = [r for r in self.queue.ranks_of(job_id, rank) if r["gpu_slots"]]
+        if existing:
+            slots = existing[0]["gpu_slots"]
+        else:
+            used = set(self.ex.running_slots(job_id))
+            free = [i for i in self.capacity.gpu_indices if i not in used]
+            if len(free) < spec["gpus"]:
+                raise SpecError("rank %d needs %d GPUs, %d free" % (rank, spec["gpus"], len(free)))
+            slots = free[: spec["gpus"]]
+        self.ex.start(job_id, rank, phase, spec, slots)
+
+    async def kill_rank(self, job_id: int, rank: int) -> None:
+        await self.ex.kill(job_id, rank)
+        if self.queue.rank(job_id, rank, "final") is None:
+            self.queue.put_rank(job_id, rank, "final", state="done", exit_code=0)
+
+    def rank_finished(self, job_id: int, rank: int) -> bool:
+        """Worker-side: true once the head ended this rank or its run phase ended."""
+        for r in self.queue.ranks_of(job_id, rank):
+            if r["phase"] == "final" or r["state"] == "killed":
+                return True
+            if r["phase"] == "run" and r["state"] in ("done", "lost"):
+                return True
+            if r["phase"] == "setup" and r["state"] == "lost":
+                return True
+        return False
+
+    # ---- stop -------------------------------------------------------------------------
+    async def stop_node(self, down: bool) -> None:
+        """Autostop on the local infra: persist `stopped`, kill jobs, then exit."""
+        self.queue.set_meta("stopped", True)
+        self.queue.set_meta("stopped_down", bool(down))
+        await self.cancel(None)
+        tmp = self.home / "stopped.json.tmp"
+        tmp.write_text(
+            '{{"stopped_at": {:f}, "down": {}}}'.format(time.time(), "true" if down else "false")
+        )
+        os.replace(str(tmp), str(self.home / "stopped.json"))
+        self.exit_requested.set()

@@ -1,0 +1,52 @@
+"""The agent's event loop: scheduler tick, heartbeat file, autostop. Python 3.8 compatible."""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from .core import Agent
+
+log = logging.getLogger("skyd.nodeagent")
+
+
+async def run_autostop_action(agent: Agent, down: bool) -> None:
+    action = agent.autostop_action
+    log.info("autostop: idle for %.0f s, action %s (down=%s)", agent.idle_seconds(), action, down)
+    if action.startswith("command:"):
+        agent.queue.set_meta("autostop", {"idle_minutes": -1.0, "down": down})  # fire once
+        await agent.cancel(None)
+        env = dict(os.environ, SKYD_AUTOSTOP_DOWN="1" if down else "0")
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", action[len("command:") :], env=env
+        )
+        await proc.wait()
+    elif action == "local-stop":
+        await agent.stop_node(down)
+
+
+async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0) -> None:
+    """Runs until cancelled. Wakes on agent.wake (submit, job end) or every tick_s."""
+    next_beat = 0.0
+    heartbeat = agent.home / "heartbeat"
+    while not agent.exit_requested.is_set():
+        now = time.time()
+        if now >= next_beat:
+            tmp = heartbeat.with_suffix(".tmp")
+            tmp.write_text(f"{now:f}\n")
+            os.replace(str(tmp), str(heartbeat))
+            next_beat = now + heartbeat_s
+        agent.schedule()
+        auto = agent.autostop
+        if auto["idle_minutes"] >= 0 and agent.idle_seconds() >= auto["idle_minutes"] * 60:
+            await run_autostop_action(agent, bool(auto["down"]))
+            continue
+        agent.wake.clear()
+        try:
+            await asyncio.wait_for(agent.wake.wait(), timeout=min(tick_s, 1.0))
+        except asyncio.TimeoutError:
+            pass

@@ -1,0 +1,96 @@
+"""Wiring: the gRPC server plus the event loop (the logic lives in the modules beside it)."""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from grpclib.events import RecvRequest, listen
+from grpclib.server import Server
+
+from . import VERSION, events, gpu
+from .core import Agent
+from .service import NodeAgentService, make_auth_hook
+
+log = logging.getLogger("skyd.nodeagent")
+
+
+def read_or_create_token(path: Path) -> str:
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        os.replace(str(tmp), str(path))
+    return path.read_text().strip()
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(str(tmp), str(path))
+
+
+def node_memory_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int,
+                cluster: str, autostop_action: str, cpus: float | None,
+                fake_gpus: str | None, tick_s: float, heartbeat_s: float) -> None:  # fmt: skip
+    home.mkdir(parents=True, exist_ok=True)
+    token = read_or_create_token(token_file or home / "token")
+    loop = asyncio.get_event_loop()
+    gpus = gpu.fake_gpus(fake_gpus) if fake_gpus else await loop.run_in_executor(None, gpu.detect)
+    for stale in ("stopped.json", "agent.json"):
+        try:
+            (home / stale).unlink()
+        except OSError:
+            pass
+    agent = Agent(home, rank=rank, cluster=cluster, token=token, gpus=gpus,
+                  cpus=float(cpus if cpus is not None else (os.cpu_count() or 1)),
+                  memory_gb=node_memory_gb(), autostop_action=autostop_action)  # fmt: skip
+    agent.recover()
+    server = Server([NodeAgentService(agent)])
+    listen(server, RecvRequest, make_auth_hook(token))
+    info: dict[str, Any] = {"pid": os.getpid(), "version": VERSION, "started_at": time.time(),
+                            "rank": rank, "cluster": cluster}  # fmt: skip
+    if listen_addr.startswith("unix:"):
+        await server.start(path=listen_addr[5:])
+        info.update(host=None, port=None, socket=listen_addr[5:])
+    else:
+        host, _, port = listen_addr.rpartition(":")
+        await server.start(host or "127.0.0.1", int(port))
+        sock = server._server.sockets[0]  # type: ignore[union-attr]
+        info.update(host=host or "127.0.0.1", port=sock.getsockname()[1], socket=None)
+    write_json_atomic(home / "agent.json", info)
+    log.info("node agent %s listening: %s", VERSION, info)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.exit_requested.set)
+    ev = asyncio.ensure_future(events.event_loop(agent, tick_s, heartbeat_s))
+    await agent.exit_requested.wait()
+    # Leaving: jobs keep running in their own sessions and are re-adopted on restart.
+    ev.cancel()
+    for task in list(agent.drivers.values()):
+        task.cancel()
+    await asyncio.gather(ev, *agent.drivers.values(), return_exceptions=True)
+    server.close()
+    await server.wait_closed()
+    agent.queue.close()
+    try:
+        (home / "agent.json").unlink()
+    except OSError:
+        pass
+    log.info("node agent exited")

@@ -1,0 +1,112 @@
+"""Build the node agent as a self-contained zipapp (`python3 agent.pyz --home ...`).
+
+Packs skyd/nodeagent + skyd/proto and the pure-Python runtime deps. Compiled extensions are
+left out (they cannot load from a zip); multidict runs its pure-Python fallback
+(MULTIDICT_NO_EXTENSIONS=1 is set in __main__). The archive is deterministic (sorted entries,
+fixed timestamps), so its sha256 identifies the version to upload.
+
+The deps are taken from `deps_dirs` first, then from this interpreter's sys.path. The venv's
+current multidict/hpack/typing_extensions need Python >= 3.9; for 3.8 nodes build with
+`deps_dirs=[DIR]` where DIR was filled by
+`pip install --target DIR --python-version 3.8 --only-binary=:all: --no-deps \\
+   'multidict<6.2' 'hpack<4.1' 'typing_extensions<4.14' h2 hyperframe grpclib \\
+   python-dateutil six 'betterproto==2.0.0b7'` (see docs/nodeagent.md).
+"""
+
+# ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import os
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+# module -> distribution (a METADATA stub is packed too: betterproto reads its own version).
+DEPS = {"grpclib": "grpclib", "betterproto": "betterproto", "h2": "h2", "hpack": "hpack",
+        "hyperframe": "hyperframe", "multidict": "multidict", "dateutil": "python_dateutil",
+        "six": "six", "typing_extensions": "typing_extensions"}  # fmt: skip
+_SKIP_DIRS = {"__pycache__", "tests", "plugin", "templates"}
+_FIXED_TIME = (2020, 1, 1, 0, 0, 0)
+
+MAIN = """import os, sys
+os.environ.setdefault("MULTIDICT_NO_EXTENSIONS", "1")
+from skyd.nodeagent.__main__ import main
+main()
+"""
+SKYD_INIT = '"""skyd (node agent zipapp: only skyd.nodeagent and skyd.proto)."""\n'
+
+
+def _module_root(name: str, deps_dirs: Sequence[str]) -> Path:
+    for d in deps_dirs:
+        for cand in (Path(d) / name, Path(d) / (name + ".py")):
+            if cand.exists():
+                return cand
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"dependency {name} is not installed")
+    origin = Path(spec.origin)
+    return origin.parent if origin.name == "__init__.py" else origin
+
+
+def _dist_version(dist: str, site: Path) -> str:
+    for info in sorted(site.glob("*.dist-info")):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        if name.lower().replace("-", "_") == dist.lower():
+            return version
+    return importlib.metadata.version(dist)
+
+
+def _collect(root: Path, arc_prefix: str, out: dict[str, bytes]) -> None:
+    if root.is_file():
+        out[arc_prefix] = root.read_bytes()
+        return
+    for dirpath, dirnames, filenames in os.walk(str(root)):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        rel = Path(dirpath).relative_to(root)
+        for fn in sorted(filenames):
+            if fn.endswith((".py", ".typed", ".pyi")) and not fn.endswith("_pb2.py"):
+                out[str(Path(arc_prefix) / rel / fn)] = (Path(dirpath) / fn).read_bytes()
+
+
+def build_zipapp(out_path: Path, *, deps_dirs: Sequence[str] | None = None,
+                 interpreter: str = "/usr/bin/env python3") -> str:  # fmt: skip
+    """Write the agent zipapp to out_path; return its sha256 hex digest."""
+    dirs: list[str] = list(deps_dirs or [])
+    env_dir = os.environ.get("SKYD_AGENT_DEPS_DIR")
+    if env_dir:
+        dirs.append(env_dir)
+    pkg = Path(__file__).resolve().parent
+    files: dict[str, bytes] = {"__main__.py": MAIN.encode(), "skyd/__init__.py": SKYD_INIT.encode()}
+    _collect(pkg, "skyd/nodeagent", files)
+    _collect(pkg.parent / "proto", "skyd/proto", files)
+    for name, dist in DEPS.items():
+        root = _module_root(name, dirs)
+        _collect(root, name if root.is_dir() else root.name, files)
+        version = _dist_version(dist, root.parent)
+        files[f"{dist}-{version}.dist-info/METADATA"] = (
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        ).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for arc in sorted(files):
+            info = zipfile.ZipInfo(arc.replace(os.sep, "/"), _FIXED_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, files[arc])
+    data = b"#!" + interpreter.encode() + b"\n" + buf.getvalue()
+    out_path = Path(out_path)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.chmod(str(tmp), 0o755)
+    os.replace(str(tmp), str(out_path))
+    return hashlib.sha256(data).hexdigest()
+
+
+if __name__ == "__main__":
+    print(build_zipapp(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("skyd-agent.pyz")))
