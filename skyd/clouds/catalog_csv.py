@@ -1,0 +1,235 @@
+"""Parse SkyPilot vms.csv-style catalogs into :class:`Offering` rows.
+
+Columns: InstanceType, AcceleratorName, AcceleratorCount, vCPUs, MemoryGiB, GpuInfo, Region,
+AvailabilityZone, Price, SpotPrice. Prices are USD/hour per instance; empty = not offered.
+
+Two quirks are handled here, in one place:
+
+* **Accelerator names** are canonicalised through :data:`ACCELERATOR_ALIASES` (provider
+  spellings such as RunPod's ``H100-SXM`` or Crusoe's ``MI355X_288GB``) so that a request for
+  ``H100`` matches every cloud that rents one.
+* **GCP's split rows.** GCP lists machine types (a2/a3/g2, no accelerator, host price only)
+  and GPU-only rows (no instance type, GPU price only). A GPU-only row is paired with the
+  host machine type SkyPilot would use in that zone (:data:`GPU_HOSTS`); the offering's price
+  is host + GPU. Accelerators with no host family in the file (T4, V100, ...) get an
+  ``n1-highmem-8`` host at :data:`N1_HOST` prices (an approximation, see docs/solver.md).
+  Machine types that only exist as GPU hosts are not offered as CPU-only instances.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable, Iterator
+
+from skyd.clouds.offering import Offering
+
+COLUMNS = (
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "vCPUs",
+    "MemoryGiB",
+    "GpuInfo",
+    "Region",
+    "AvailabilityZone",
+    "Price",
+    "SpotPrice",
+)
+
+# Provider spelling -> canonical accelerator name. The one place where names are mapped.
+ACCELERATOR_ALIASES: dict[str, str] = {
+    "H100-SXM": "H100",
+    "H100-SXM5": "H100",
+    "H200-SXM": "H200",
+    "A100-80GB-SXM": "A100-80GB",
+    "A100-SXM4": "A100",
+    "MI300X-192GB": "MI300X",
+    "MI300X-O": "MI300X",
+    "AMD Instinct MI300X OAM": "MI300X",
+    "AMD Instinct MI300X": "MI300X",
+    "amd_mi300x": "MI300X",
+    "amd_mi325x": "MI325X",
+    "MI325X-256GB": "MI325X",
+    "MI355X_288GB": "MI355X",
+    "MI355X-288GB": "MI355X",
+}
+
+# GCP: (accelerator, count) -> host machine types that carry it (SkyPilot's defaults first).
+GPU_HOSTS: dict[tuple[str, int], tuple[str, ...]] = {
+    **{("A100", n): (f"a2-highgpu-{n}g",) for n in (1, 2, 4, 8)},
+    ("A100", 16): ("a2-megagpu-16g",),
+    **{("A100-80GB", n): (f"a2-ultragpu-{n}g",) for n in (1, 2, 4, 8)},
+    **{("H100", n): (f"a3-highgpu-{n}g",) for n in (1, 2, 4, 8)},
+    ("H100-MEGA", 8): ("a3-megagpu-8g",),
+    ("H200", 8): ("a3-ultragpu-8g",),
+    ("B200", 8): ("a4-highgpu-8g",),
+    ("L4", 1): ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16", "g2-standard-32"),
+    ("L4", 2): ("g2-standard-24",),
+    ("L4", 4): ("g2-standard-48",),
+    ("L4", 8): ("g2-standard-96",),
+}
+HOST_FAMILIES = ("a2-", "a3-", "a4-", "g2-")
+
+# Hosts the files lack. n1-highmem-8: GCP us-central1 list price (approximate, used everywhere).
+# a4-highgpu-8g: the VM part is unknown, so the offering costs the GPU bundle only.
+N1_HOST = ("n1-highmem-8", 8.0, 52.0, 0.473212, 0.0995)
+MISSING_HOSTS: dict[str, tuple[float, float, float, float | None]] = {
+    "a4-highgpu-8g": (224.0, 3968.0, 0.0, 0.0),
+}
+
+_MIB_RE = re.compile(r"'SizeInMiB':\s*([0-9.]+)")
+
+
+def canonical_name(name: str) -> str:
+    return ACCELERATOR_ALIASES.get(name, name)
+
+
+def _f(s: str) -> float | None:
+    return float(s) if s else None
+
+
+class CatalogFormatError(ValueError):
+    pass
+
+
+def parse_rows(cloud: str, text_or_rows: str | Iterable[list[str]], source: str = "") -> list[Offering]:
+    """Parse one cloud's CSV (text or pre-split rows) into offerings, GCP pairing included."""
+    rows: Iterator[list[str]]
+    if isinstance(text_or_rows, str):
+        rows = csv.reader(io.StringIO(text_or_rows))
+    else:
+        rows = iter(text_or_rows)
+    header = next(rows, None)
+    if header is None:
+        return []
+    header = [h.strip().lstrip("\ufeff") for h in header]
+    try:
+        idx = [header.index(c) for c in COLUMNS]
+    except ValueError as e:
+        raise CatalogFormatError(f"{source or cloud}: missing column ({e}); need {','.join(COLUMNS)}") from None
+    i_it, i_an, i_ac, i_cpu, i_mem, i_gi, i_reg, i_az, i_pr, i_sp = idx
+    out: list[Offering] = []
+    gpu_only: list[list[str]] = []
+    hosts: dict[tuple[str, str], list[str]] = {}  # (instance_type, zone) -> row
+    seen: dict[tuple[str, str, str, str | None], int] = {}
+    aliases = ACCELERATOR_ALIASES
+    host_families = HOST_FAMILIES if cloud == "gcp" else ("\0",)
+    for lineno, r in enumerate(rows, start=2):
+        if not r:
+            continue
+        try:
+            itype = r[i_it]
+            acc = r[i_an]
+            if not itype:
+                gpu_only.append(r)
+                continue
+            if not acc and itype.startswith(host_families):
+                hosts[(itype, r[i_az])] = r
+                continue
+            region = r[i_reg]
+            zone = r[i_az] or None
+            price = _f(r[i_pr])
+            spot = _f(r[i_sp])
+            key = (itype, region, zone or "", acc or None)
+            prev = seen.get(key)
+            if prev is not None:  # duplicate row (e.g. AWS p4de): keep one, merge prices
+                o = out[prev]
+                out[prev] = Offering(
+                    o.cloud, o.instance_type, o.accelerator, o.accelerator_count, o.vcpus,
+                    o.memory_gib, o.region, o.zone,
+                    _min(o.price, price), _min(o.spot_price, spot), o.accelerator_memory_gib,
+                )
+                continue
+            amem = None
+            if acc:
+                acc = aliases.get(acc, acc)
+                gi = r[i_gi]
+                if gi:
+                    m = _MIB_RE.search(gi)
+                    if m:
+                        amem = float(m.group(1)) / 1024.0
+                count = float(r[i_ac] or 0.0)
+            else:
+                count = 0.0
+            seen[key] = len(out)
+            out.append(
+                Offering(
+                    cloud, itype, acc or None, count, float(r[i_cpu] or 0.0),
+                    float(r[i_mem] or 0.0), region, zone, price, spot, amem,
+                )
+            )
+        except (IndexError, ValueError) as e:
+            raise CatalogFormatError(f"{source or cloud}:{lineno}: bad row {r!r}: {e}") from None
+    if gpu_only:
+        out.extend(_pair_gpu_rows(cloud, gpu_only, hosts, idx))
+    return out
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _pair_gpu_rows(
+    cloud: str, gpu_rows: list[list[str]], hosts: dict[tuple[str, str], list[str]], idx: list[int]
+) -> list[Offering]:
+    _, i_an, i_ac, _, _, i_gi, i_reg, i_az, i_pr, i_sp = idx
+    i_cpu, i_mem = idx[3], idx[4]
+    out: list[Offering] = []
+    for r in gpu_rows:
+        acc = canonical_name(r[i_an])
+        count = float(r[i_ac] or 0.0)
+        zone = r[i_az]
+        gprice, gspot = _f(r[i_pr]), _f(r[i_sp])
+        m = _MIB_RE.search(r[i_gi] or "")
+        amem = float(m.group(1)) / 1024.0 if m else None
+        host_types = GPU_HOSTS.get((acc, int(count)))
+        if host_types is None:
+            name, cpus, mem, n1p, n1s = N1_HOST
+            out.append(
+                Offering(cloud, name, acc, count, cpus, mem, r[i_reg], zone or None,
+                         _add(gprice, n1p), _add(gspot, n1s), amem)
+            )
+            continue
+        for ht in host_types:
+            h = hosts.get((ht, zone))
+            if h is not None:
+                cpus, mem = float(h[i_cpu] or 0.0), float(h[i_mem] or 0.0)
+                hp, hs = _f(h[i_pr]), _f(h[i_sp])
+            elif ht in MISSING_HOSTS:
+                cpus, mem, hp0, hs0 = MISSING_HOSTS[ht]
+                hp, hs = hp0, hs0
+            else:
+                continue  # the host type is not offered in this zone
+            out.append(
+                Offering(cloud, ht, acc, count, cpus, mem, r[i_reg], zone or None,
+                         _add(gprice, hp), _add(gspot, hs), amem)
+            )
+    return out
+
+
+def offerings_to_csv(offerings: Iterable[Offering]) -> str:
+    """Write offerings back in vms.csv columns (used by catalog refresh and the benchmark)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for o in offerings:
+        w.writerow([
+            o.instance_type, o.accelerator or "", _num(o.accelerator_count if o.accelerator else None),
+            _num(o.vcpus), _num(o.memory_gib), o.accelerator or "", o.region, o.zone or "",
+            _num(o.price), _num(o.spot_price),
+        ])
+    return buf.getvalue()
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else repr(float(x))

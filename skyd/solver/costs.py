@@ -1,0 +1,95 @@
+"""Cost and time models: egress $/GB, transfer time, per-accelerator speed. Pure functions.
+
+Egress (USD per GB leaving the source):
+* zero within the same (cloud, region);
+* same cloud, another region: :data:`INTER_REGION_PER_GB` (falls back to the internet rate);
+* another cloud: the source cloud's internet egress, tiered where the provider is
+  (AWS $0.09 / $0.085 / $0.07 / $0.05 per GB over 10 TB / 40 TB / 100 TB steps, as SkyPilot).
+Transfer time: a fixed 10 Gbps between different locations, zero within one (as SkyPilot).
+"""
+
+from __future__ import annotations
+
+import math
+
+_INF = math.inf
+
+# (tier upper bound in GB, $/GB) - cumulative tiers.
+INTERNET_EGRESS: dict[str, tuple[tuple[float, float], ...]] = {
+    "aws": ((10 * 1024, 0.09), (50 * 1024, 0.085), (150 * 1024, 0.07), (_INF, 0.05)),
+    "gcp": ((_INF, 0.12),),
+    "azure": ((_INF, 0.087),),
+    "oci": ((_INF, 0.0085),),
+    "lambda": ((_INF, 0.0),),  # no egress fees
+    "runpod": ((_INF, 0.0),),  # no egress fees
+    "vultr": ((_INF, 0.01),),
+    "digitalocean": ((_INF, 0.01),),
+    "hotaisle": ((_INF, 0.0),),
+    "crusoe": ((_INF, 0.0),),
+    "local": ((_INF, 0.0),),
+    "ssh": ((_INF, 0.0),),
+    "kubernetes": ((_INF, 0.0),),
+}
+DEFAULT_EGRESS_PER_GB = 0.10  # clouds not listed above
+INTER_REGION_PER_GB: dict[str, float] = {"aws": 0.02, "gcp": 0.02, "azure": 0.02}
+BANDWIDTH_GBPS = 10.0
+DEFAULT_RUNTIME_S = 3600.0
+
+# Relative training throughput per accelerator (A100 = 1.0), for the "speed" runtime model.
+# Rough public figures (dense BF16 training); unknown accelerators count as 1.0.
+RELATIVE_SPEED: dict[str, float] = {
+    "B200": 4.0, "H200": 2.4, "H100": 2.0, "H100-MEGA": 2.1, "H100-NVL": 1.9, "GH200": 2.2,
+    "MI355X": 3.5, "MI325X": 2.3, "MI300X": 2.0, "A100-80GB": 1.1, "A100": 1.0,
+    "L40S": 0.8, "L40": 0.6, "A6000": 0.45, "RTXA6000": 0.45, "RTX6000-Ada": 0.75,
+    "RTX4090": 0.6, "RTX3090": 0.35, "A40": 0.45, "A10G": 0.35, "A10": 0.35, "L4": 0.3,
+    "V100-32GB": 0.4, "V100": 0.4, "T4": 0.15, "RTXA5000": 0.35, "RTXA4500": 0.3,
+    "RTXA4000": 0.25, "RTX4000-Ada": 0.3, "RTX6000": 0.3,
+}
+
+
+def internet_egress_cost(cloud: str, gb: float) -> float:
+    tiers = INTERNET_EGRESS.get(cloud)
+    if tiers is None:
+        return gb * DEFAULT_EGRESS_PER_GB
+    cost, lo = 0.0, 0.0
+    for hi, rate in tiers:
+        if gb <= lo:
+            break
+        cost += (min(gb, hi) - lo) * rate
+        lo = hi
+    return cost
+
+
+def egress_cost(
+    src_cloud: str, src_region: str | None, dst_cloud: str, dst_region: str | None, gb: float
+) -> float:
+    if gb <= 0:
+        return 0.0
+    if src_cloud == dst_cloud:
+        if src_region == dst_region or src_region is None:
+            return 0.0
+        rate = INTER_REGION_PER_GB.get(src_cloud)
+        if rate is not None:
+            return gb * rate
+    return internet_egress_cost(src_cloud, gb)
+
+
+def egress_time_s(same_location: bool, gb: float) -> float:
+    if gb <= 0 or same_location:
+        return 0.0
+    return gb * 8.0 / BANDWIDTH_GBPS
+
+
+def runtime_s(
+    estimated_s: float | None,
+    ref_acc: str | None,
+    ref_count: float,
+    acc: str | None,
+    count: float,
+    use_speed: bool,
+) -> float:
+    """Runtime of a task on a candidate. The estimate is for the task's first candidate."""
+    t = DEFAULT_RUNTIME_S if estimated_s is None else float(estimated_s)
+    if not use_speed or not acc or not ref_acc or count <= 0 or ref_count <= 0:
+        return t
+    return t * (RELATIVE_SPEED.get(ref_acc, 1.0) * ref_count) / (RELATIVE_SPEED.get(acc, 1.0) * count)
