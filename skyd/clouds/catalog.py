@@ -31,11 +31,13 @@ DATA_DIR = Path(__file__).parent / "data"
 
 # cloud -> whether skyd has a provider implementation. False = "catalog only": shown by
 # show-gpus and usable for planning with SKYD_CATALOG_DIR, but not enabled by default.
+# True once a provider module (skyd/clouds/<name>) can provision it; the rest are
+# "catalog only": shown by show-gpus and planned by --dryrun under SKYD_CATALOG_DIR.
 IMPLEMENTED: dict[str, bool] = {
-    "aws": True,
-    "gcp": True,
-    "runpod": True,
-    "lambda": True,
+    "aws": False,
+    "gcp": False,
+    "runpod": False,
+    "lambda": False,
     "vultr": False,
     "hotaisle": False,
     "digitalocean": False,
