@@ -1,0 +1,96 @@
+"""``skyd``: the one-shot CLI. Fast start: argparse + stdlib socket client only."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from skyd.errors import SkydError
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from skyd import __version__
+    from skyd.cli.commands import COMMAND_MODULES
+
+    parser = argparse.ArgumentParser(
+        prog="skyd", formatter_class=_Formatter,
+        description="Run AI workloads on any infrastructure from one local daemon.\n"
+                    "Task YAMLs use SkyPilot's schema.",
+        epilog="Every command starts the daemon when it is not running.\n"
+               "Run 'skyd COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"skyd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        # A command group without its subcommand prints the group's help.
+        (getattr(args, "_parser", None) or parser).print_help()
+        return 0
+    try:
+        rc = func(args)
+        return int(rc or 0)
+    except SkydError as e:
+        _print_error(e)
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - avoid a second EPIPE at exit
+        except OSError:
+            pass
+        return 141
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("SKYD_DEBUG"):
+            raise
+        path = _save_traceback()
+        sys.stderr.write(f"error: internal error: {type(e).__name__}: {e}\n"
+                         f"hint: traceback in {path}; daemon log: {_daemon_log()}\n")
+        return 1
+
+
+def _print_error(e: SkydError) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    if e.hint:
+        sys.stderr.write(f"hint: {e.hint}\n")
+
+
+def _daemon_log() -> str:
+    from skyd import paths
+
+    return str(paths.daemon_log())
+
+
+def _save_traceback() -> str:
+    import traceback
+
+    from skyd import paths
+
+    p = paths.logs_dir() / "cli-errors.log"
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a") as fh:
+            fh.write(f"--- skyd {' '.join(sys.argv[1:])}\n{traceback.format_exc()}\n")
+    except OSError:
+        return "(could not write the log)"
+    return str(p)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Pydantic bodies of the built-in endpoints (also the source of /v1/openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorInfo(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+    hint: str | None = None
+    line: int | None = None
+    exit_code: int = 1
+
+
+class ErrorBody(BaseModel):
+    error: ErrorInfo
+
+
+class SubmitResponse(BaseModel):
+    request_id: str
+
+
+class RequestRecord(BaseModel):
+    id: str
+    verb: str
+    status: str
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    cluster_name: str | None = None
+    payload: Any = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    stages: list[dict[str, Any]] | None = None
+    pid: int | None = None
+
+
+class CancelResponse(BaseModel):
+    request_id: str
+    status: str
+    cancelled: bool
+
+
+class HealthResponse(BaseModel):
+    status: str
+    version: str
+    pid: int
+    uptime_s: float
+    socket: str
+    home: str
+    requests_in_flight: int
+
+
+class VersionResponse(BaseModel):
+    version: str
+    api: str = "v1"
+
+
+class SleepBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = Field(1.0, ge=0, le=86400)
+    log_every: float = Field(0.1, gt=0, description="seconds between log lines")
+    fail: str | None = Field(None, description="raise a SkydError with this message at the end")
+
+
+class ValidateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    yaml: str = Field(..., description="task YAML text (multi-document = chain DAG)")
+    env: dict[str, str] = Field(default_factory=dict, description="--env overrides")
+    base_dir: str | None = Field(None, description="directory relative paths resolve against")
+    path: str | None = Field(None, description="file name, for messages")
+
+
+class ValidateResponse(BaseModel):
+    dag: dict[str, Any]
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ClusterRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    status: str
+    cloud: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    accelerators: Any = None
+    num_nodes: int | None = None
+    use_spot: bool | None = None
+    hourly_cost: float | None = None
+    launched_at: float | None = None
+    autostop_minutes: int | None = None
+    autostop_down: bool | None = None

@@ -1,0 +1,166 @@
+"""What handlers get: RequestContext (mutating verbs) and ReadContext (reads)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from anyio.abc import TaskGroup
+
+from skyd.daemon.store import Store, dumps
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from skyd.daemon.app import Daemon
+    from skyd.daemon.bus import EventBus
+
+StageState = Literal["start", "done", "failed", "skipped"]
+TERMINAL_EVENTS = ("result", "error")
+
+
+class RequestContext:
+    """Passed to a verb handler; one per request.
+
+    Attributes: ``request_id``, ``verb``, ``payload`` (validated dict), ``store``,
+    ``daemon``, ``bus``, ``root_tg`` (the daemon's root task group; prefer
+    ``daemon.spawn``), ``tg`` (this request's own task group: children die with the
+    request), ``cancel_scope`` (this request's scope; cancelled by ``requests cancel``),
+    ``resumed`` (True when re-invoked after a daemon restart).
+
+    Events go to the request's ndjson log file (the replay source) and wake followers.
+    """
+
+    __slots__ = (
+        "request_id", "verb", "payload", "daemon", "store", "bus", "cancel_scope", "tg",
+        "resumed", "log_path", "_fh", "_seq", "_changed", "_stage_starts", "_stages",
+        "_partial", "finished", "done", "shutdown",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        verb: str,
+        payload: dict[str, Any],
+        daemon: Daemon,
+        log_path: Path,
+        *,
+        resumed: bool = False,
+    ) -> None:
+        self.request_id = request_id
+        self.verb = verb
+        self.payload = payload
+        self.daemon = daemon
+        self.store: Store = daemon.store
+        self.bus: EventBus = daemon.bus
+        self.cancel_scope = anyio.CancelScope()
+        self.tg: TaskGroup | None = None
+        self.resumed = resumed
+        self.log_path = log_path
+        self._fh: Any = None
+        self._seq = 0
+        self._changed: anyio.Event | None = None
+        self._stage_starts: dict[str, float] = {}
+        self._stages: list[dict[str, Any]] = []
+        self._partial: dict[str, Any] = {}
+        self.finished = False
+        self.done = anyio.Event()
+        self.shutdown = False  # set when the daemon (not a user) cancels the request
+
+    @property
+    def root_tg(self) -> TaskGroup:
+        return self.daemon.tg
+
+    # -- events ----------------------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> None:
+        """Append one event (a dict with a ``type``) to the log and wake followers."""
+        self._seq += 1
+        ev = {"seq": self._seq, "ts": round(time.time(), 3), **event}
+        line = (json.dumps(ev, separators=(",", ":"), default=str) + "\n").encode()
+        if self._fh is None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in close_log
+        self._fh.write(line)
+        self.notify()
+
+    def notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def changed_event(self) -> anyio.Event:
+        """An event set at the next emit (followers: get it BEFORE reading the file)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        return self._changed
+
+    def log(self, text: str) -> None:
+        """A log line (or lines) of the request: shown by ``requests logs`` and followers."""
+        self.emit({"type": "log", "text": text if text.endswith("\n") else text + "\n"})
+
+    async def stage(self, name: str, state: StageState, **info: Any) -> None:
+        """Record a pipeline stage transition: persisted in the row, then emitted."""
+        now = time.time()
+        elapsed: float | None = None
+        if state == "start":
+            self._stage_starts[name] = now
+        elif name in self._stage_starts:
+            elapsed = round(now - self._stage_starts[name], 3)
+        entry = {"name": name, "state": state, "ts": round(now, 3), "elapsed": elapsed, **info}
+        for i, s in enumerate(self._stages):
+            if s["name"] == name:
+                self._stages[i] = entry
+                break
+        else:
+            self._stages.append(entry)
+        await self.store.execute(
+            "UPDATE requests SET stages = ? WHERE id = ?", (dumps(self._stages), self.request_id)
+        )
+        self.emit({"type": "stage", **entry})
+
+    async def set_result_partial(self, data: dict[str, Any]) -> None:
+        """Merge ``data`` into the (not yet final) result, e.g. the cluster name early.
+
+        A ``cluster_name`` key also fills the row's ``cluster_name`` column.
+        """
+        self._partial.update(data)
+        cluster = self._partial.get("cluster_name")
+        await self.store.execute(
+            "UPDATE requests SET result = ?, cluster_name = COALESCE(?, cluster_name) WHERE id = ?",
+            (dumps(self._partial), cluster, self.request_id),
+        )
+        self.emit({"type": "partial", "data": data})
+
+    @property
+    def partial_result(self) -> dict[str, Any]:
+        return dict(self._partial)
+
+    def close_log(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class ReadContext:
+    """Passed to read handlers: ``daemon``, ``store``, ``bus`` and ``body`` (the validated
+    body as a dict when the read declared a body model, else the raw JSON body or None)."""
+
+    __slots__ = ("daemon", "store", "bus", "body")
+
+    def __init__(self, daemon: Daemon, body: Any = None) -> None:
+        self.daemon = daemon
+        self.store = daemon.store
+        self.bus = daemon.bus
+        self.body = body
+
+    async def stream_ndjson(
+        self, request: web.Request, items: AsyncIterable[Any]
+    ) -> web.StreamResponse:
+        """Answer with a chunked ndjson stream of ``items`` (ends when they do)."""
+        from skyd.daemon.http import stream_ndjson
+
+        return await stream_ndjson(request, items)

@@ -1,0 +1,9 @@
+"""Modules the daemon imports at start; importing one registers its verbs and reads.
+
+Append here (e.g. "skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.serve.verbs").
+``$SKYD_EXTRA_PLUGINS`` (comma separated module names) adds more at run time (tests).
+"""
+
+from __future__ import annotations
+
+PLUGIN_MODULES: list[str] = []

@@ -1,0 +1,356 @@
+"""The request registry and executor: one task group + cancel scope per request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sqlite3
+import time
+import traceback
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pydantic
+
+from skyd import paths
+from skyd.daemon.context import TERMINAL_EVENTS, RequestContext
+from skyd.daemon.http import internal_error_dict
+from skyd.daemon.registry import VERBS
+from skyd.daemon.store import dumps
+from skyd.errors import InvalidSpecError, NotFoundError, SkydError
+
+if TYPE_CHECKING:
+    from skyd.daemon.app import Daemon
+
+log = logging.getLogger("skyd.daemon.requests")
+
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
+    "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED",
+)
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+LIST_COLUMNS = "id, verb, status, created_at, started_at, finished_at, cluster_name, error"
+MAX_READ_CHUNK = 1 << 20
+
+
+def validation_error(exc: pydantic.ValidationError, what: str) -> InvalidSpecError:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or what
+    return InvalidSpecError(
+        f"{first.get('msg', 'invalid value')}",
+        field=loc,
+        hint=f"fix the {what} body ({len(exc.errors())} error(s)); see GET /v1/openapi.json",
+    )
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        leaves = exc.exceptions
+        exc = next((e for e in leaves if isinstance(e, SkydError)), leaves[0])
+    return exc
+
+
+class RequestManager:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.active: dict[str, RequestContext] = {}
+        self.accepting = True
+
+    # -- submit / run ----------------------------------------------------------------
+    async def submit(self, verb_name: str, payload: Any) -> str:
+        if not self.accepting:
+            from skyd.errors import DaemonUnavailableError
+
+            raise DaemonUnavailableError("the daemon is shutting down", hint="retry in a moment")
+        verb = VERBS.get(verb_name)
+        if verb is None:
+            raise NotFoundError(
+                f"unknown verb {verb_name!r}", hint=f"known verbs: {', '.join(sorted(VERBS))}"
+            )
+        if payload is None:
+            payload = {}
+        if verb.body is not None:
+            try:
+                payload = verb.body.model_validate(payload).model_dump(mode="json")
+            except pydantic.ValidationError as e:
+                raise validation_error(e, verb_name) from None
+        elif not isinstance(payload, dict):
+            raise InvalidSpecError("the request body must be a JSON object", field="body")
+        now = time.time()
+        pj = dumps(payload)
+        pid = self.daemon.pid
+        for _ in range(10):
+            rid = secrets.token_hex(4)
+            try:
+                await self.daemon.store.execute(
+                    "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid) "
+                    "VALUES(?, ?, ?, ?, ?, '[]', ?)",
+                    (rid, verb_name, PENDING, now, pj, pid),
+                )
+                break
+            except sqlite3.IntegrityError:
+                continue
+        else:  # pragma: no cover - 10 collisions of 32 random bits
+            raise RuntimeError("could not allocate a request id")
+        self._start(RequestContext(rid, verb_name, payload, self.daemon, paths.request_log(rid)))
+        return rid
+
+    def _start(self, ctx: RequestContext) -> None:
+        self.active[ctx.request_id] = ctx
+        self.daemon.tg.start_soon(self._run, ctx, name=f"request {ctx.request_id} {ctx.verb}")
+
+    async def _run(self, ctx: RequestContext) -> None:
+        store = self.daemon.store
+        status, result, error = FAILED, None, None
+        cancelled_exc = anyio.get_cancelled_exc_class()
+        try:
+            with ctx.cancel_scope:
+                await store.execute(
+                    "UPDATE requests SET status = ?, started_at = COALESCE(started_at, ?), pid = ? "
+                    "WHERE id = ?",
+                    (RUNNING, time.time(), self.daemon.pid, ctx.request_id),
+                )
+                self.daemon.bus.publish("requests", {"id": ctx.request_id, "status": RUNNING})
+                ctx.emit({"type": "status", "status": RUNNING, "resumed": ctx.resumed})
+                verb = VERBS[ctx.verb]
+                async with anyio.create_task_group() as tg:
+                    ctx.tg = tg
+                    result = await verb.handler(ctx, ctx.payload)
+                status = SUCCEEDED
+            if ctx.cancel_scope.cancel_called:
+                status, result = CANCELLED, None
+        except cancelled_exc:
+            # The root scope is being cancelled (daemon exit) without ours being cancelled.
+            status = CANCELLED
+            ctx.shutdown = True
+            with anyio.CancelScope(shield=True):
+                await self._finish(ctx, status, None, None)
+            raise
+        except BaseException as raw:  # noqa: BLE001 - a request must never kill the daemon
+            exc = _unwrap(raw)
+            if isinstance(exc, cancelled_exc) or ctx.cancel_scope.cancel_called:
+                status = CANCELLED
+            elif isinstance(exc, SkydError):
+                error = exc.to_dict()
+            else:
+                log.error(
+                    "request %s (%s) crashed:\n%s", ctx.request_id, ctx.verb,
+                    "".join(traceback.format_exception(exc)),
+                )
+                error = internal_error_dict(exc, str(paths.daemon_log()))
+        with anyio.CancelScope(shield=True):
+            await self._finish(ctx, status, result, error)
+
+    async def _finish(
+        self, ctx: RequestContext, status: str, result: Any, error: dict[str, Any] | None
+    ) -> None:
+        if ctx.finished:
+            return
+        ctx.finished = True
+        try:
+            if status == CANCELLED and ctx.shutdown and VERBS[ctx.verb].resumable:
+                # Leave it RUNNING: the next daemon resumes it.
+                ctx.emit({"type": "status", "status": "INTERRUPTED", "reason": "daemon stopped"})
+                return
+            if status == CANCELLED:
+                msg = "daemon stopped" if ctx.shutdown else "request cancelled"
+                error = {"type": "CancelledError", "message": msg, "field": None,
+                         "hint": None, "line": None, "exit_code": 130}
+            if result is None and ctx.partial_result and status == SUCCEEDED:
+                result = ctx.partial_result
+            try:
+                rj = dumps(result)
+            except (TypeError, ValueError) as e:  # pragma: no cover - handler bug
+                status, rj = FAILED, "null"
+                error = internal_error_dict(e, str(paths.daemon_log()))
+            if self.daemon.store.is_open:
+                await self.daemon.store.execute(
+                    "UPDATE requests SET status = ?, finished_at = ?, result = ?, error = ? "
+                    "WHERE id = ?",
+                    (status, time.time(), rj, dumps(error) if error else None, ctx.request_id),
+                )
+            if error is not None:
+                ctx.emit({"type": "error", "status": status, "error": error})
+            else:
+                ctx.emit({"type": "result", "status": status, "result": result})
+            self.daemon.bus.publish("requests", {"id": ctx.request_id, "status": status})
+        except Exception:  # pragma: no cover
+            log.exception("finishing request %s", ctx.request_id)
+        finally:
+            ctx.close_log()
+            self.active.pop(ctx.request_id, None)
+            ctx.done.set()
+
+    # -- cancel / shutdown -----------------------------------------------------------
+    async def cancel(self, rid: str) -> dict[str, Any]:
+        row = await self.get(rid)
+        rid = row["id"]
+        ctx = self.active.get(rid)
+        if ctx is None:
+            return {"request_id": rid, "status": row["status"], "cancelled": False}
+        ctx.cancel_scope.cancel()
+        with anyio.move_on_after(10):
+            await ctx.done.wait()
+        row = await self.get(rid)
+        return {"request_id": rid, "status": row["status"], "cancelled": True}
+
+    async def shutdown(self, grace: float) -> None:
+        """Cancel every in-flight request and wait up to ``grace`` seconds for them."""
+        self.accepting = False
+        ctxs = list(self.active.values())
+        for ctx in ctxs:
+            ctx.shutdown = True
+            ctx.cancel_scope.cancel()
+        with anyio.move_on_after(grace):
+            for ctx in ctxs:
+                await ctx.done.wait()
+        left = [c.request_id for c in ctxs if not c.done.is_set()]
+        if left:
+            log.warning("requests still unwinding after %.1fs: %s", grace, left)
+
+    # -- reconcile -------------------------------------------------------------------
+    async def reconcile(self) -> None:
+        """Requests the previous daemon left PENDING/RUNNING: resume or fail them."""
+        store = self.daemon.store
+        rows = await store.fetchall(
+            "SELECT id, verb, payload, stages, result FROM requests WHERE status IN (?, ?) "
+            "ORDER BY created_at",
+            (PENDING, RUNNING),
+            json_cols=("payload", "stages", "result"),
+        )
+        for r in rows:
+            verb = VERBS.get(r["verb"])
+            if verb is not None and verb.resumable:
+                log.info("resuming request %s (%s)", r["id"], r["verb"])
+                ctx = RequestContext(
+                    r["id"], r["verb"], r["payload"] or {}, self.daemon,
+                    paths.request_log(r["id"]), resumed=True,
+                )
+                ctx._seq = _count_lines(ctx.log_path)
+                ctx._stages = r["stages"] or []
+                if isinstance(r["result"], dict):
+                    ctx._partial = r["result"]
+                self._start(ctx)
+                continue
+            error = {"type": "SkydError", "message": "daemon restarted", "field": None,
+                     "hint": "the daemon stopped while this request ran; run the command again",
+                     "line": None, "exit_code": 1}
+            await store.execute(
+                "UPDATE requests SET status = ?, finished_at = ?, error = ? WHERE id = ?",
+                (FAILED, time.time(), dumps(error), r["id"]),
+            )
+            p = paths.request_log(r["id"])
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "ab") as fh:
+                ev = {"seq": _count_lines(p) + 1, "ts": round(time.time(), 3), "type": "error",
+                      "status": FAILED, "error": error}
+                fh.write((json.dumps(ev, separators=(",", ":")) + "\n").encode())
+            log.info("request %s (%s) failed: daemon restarted", r["id"], r["verb"])
+
+    # -- reads -----------------------------------------------------------------------
+    async def resolve(self, prefix: str) -> str:
+        if prefix in self.active:
+            return prefix
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix.lower()):
+            raise NotFoundError(f"no request {prefix!r}", hint="list them: skyd requests ls")
+        rows = await self.daemon.store.fetchall(
+            "SELECT id FROM requests WHERE id >= ? AND id < ? ORDER BY id LIMIT 6",
+            (prefix.lower(), prefix.lower() + "g"),
+        )
+        if not rows:
+            raise NotFoundError(f"no request {prefix!r}", hint="list them: skyd requests ls")
+        if len(rows) > 1 and rows[0]["id"] != prefix:
+            ids = ", ".join(r["id"] for r in rows[:5])
+            raise SkydError(
+                f"request id prefix {prefix!r} is ambiguous: it matches {ids}",
+                field="request_id", hint="give more characters of the id",
+            )
+        return str(rows[0]["id"])
+
+    async def get(self, prefix: str) -> dict[str, Any]:
+        rid = await self.resolve(prefix)
+        row = await self.daemon.store.fetchone(
+            "SELECT * FROM requests WHERE id = ?", (rid,),
+            json_cols=("payload", "result", "error", "stages"),
+        )
+        if row is None:  # pragma: no cover - resolved a moment ago
+            raise NotFoundError(f"no request {prefix!r}")
+        return row
+
+    async def ls(
+        self, statuses: list[str] | None, verb: str | None, limit: int, all_: bool
+    ) -> list[dict[str, Any]]:
+        where: list[str] = []
+        args: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            args.extend(s.upper() for s in statuses)
+        if verb:
+            where.append("verb = ?")
+            args.append(verb)
+        sql = f"SELECT {LIST_COLUMNS} FROM requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC LIMIT ?"
+        args.append(limit)
+        return await self.daemon.store.fetchall(sql, args, json_cols=("error",))
+
+    async def events(self, prefix: str, follow: bool) -> AsyncIterator[bytes]:
+        """Replay the request's event log from the start, then (follow) live events,
+        ending with the terminal ``result``/``error`` event. Yields ndjson lines."""
+        rid = await self.resolve(prefix)
+        path = paths.request_log(rid)
+        offset = 0
+        seen_terminal = False
+        while True:
+            ctx = self.active.get(rid)
+            wake = ctx.changed_event() if ctx is not None else None
+            chunk, offset = _read_lines(path, offset)
+            if chunk:
+                seen_terminal = seen_terminal or _has_terminal(chunk)
+                yield chunk
+                if seen_terminal:
+                    return
+                continue  # more may be there (chunk cap)
+            if wake is None or not follow:
+                break
+            await wake.wait()
+        if seen_terminal or (follow is False and rid in self.active):
+            return
+        row = await self.get(rid)
+        if row["status"] in TERMINAL:
+            if row["error"]:
+                ev = {"type": "error", "status": row["status"], "error": row["error"]}
+            else:
+                ev = {"type": "result", "status": row["status"], "result": row["result"]}
+            yield (json.dumps(ev, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def _read_lines(path: Any, offset: int) -> tuple[bytes, int]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(MAX_READ_CHUNK)
+    except FileNotFoundError:
+        return b"", offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return b"", offset
+    return data[: end + 1], offset + end + 1
+
+
+def _has_terminal(chunk: bytes) -> bool:
+    last = chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        return json.loads(last).get("type") in TERMINAL_EVENTS
+    except ValueError:
+        return False
+
+
+def _count_lines(path: Any) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except FileNotFoundError:
+        return 0

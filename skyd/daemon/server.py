@@ -1,0 +1,165 @@
+"""The aiohttp application: peer-uid guard, error mapping, routes, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from aiohttp import web
+
+from skyd import paths
+from skyd.daemon.context import ReadContext
+from skyd.daemon.http import error_response, internal_error_dict, json_response
+from skyd.daemon.registry import READS, VERBS, Read
+from skyd.daemon.requests import validation_error
+from skyd.errors import InvalidSpecError, SkydError
+
+if TYPE_CHECKING:
+    from skyd.daemon.app import Daemon
+
+log = logging.getLogger("skyd.daemon.server")
+
+MAX_BODY = 16 * 1024 * 1024
+_CRED = struct.Struct("3i")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# -- peer credentials ------------------------------------------------------------------
+def peer_credentials(sock: Any) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, or None."""
+    try:
+        if sock.family != socket.AF_UNIX:
+            return None
+        return tuple(_CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)))  # type: ignore[return-value]
+    except (OSError, AttributeError):
+        return None
+
+
+def peer_allowed(peer_uid: int | None, daemon_uid: int) -> bool:
+    """Only the daemon's own uid may talk to it (unknown peers are refused too)."""
+    return peer_uid is not None and peer_uid == daemon_uid
+
+
+def build_app(daemon: Daemon) -> web.Application:
+    uid = os.getuid()
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        creds = peer_credentials(sock) if sock is not None else None
+        if not peer_allowed(creds[1] if creds else None, uid):
+            log.warning("refused peer %s (daemon uid %d)", creds, uid)
+            return json_response(
+                {"error": {"type": "PermissionError", "exit_code": 1, "field": None, "line": None,
+                           "message": "permission denied: this skyd daemon belongs to another user",
+                           "hint": "start your own daemon (SKYD_HOME / SKYD_SOCKET)"}}, 403)
+        try:
+            return await handler(request)
+        except SkydError as e:
+            return error_response(e)
+        except web.HTTPException as e:
+            if e.status >= 400:
+                err = SkydError(e.reason or "http error", hint=e.text if e.status == 413 else None)
+                return json_response({"error": err.to_dict() | {"type": "HTTPError"}}, e.status)
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.error("%s %s failed:\n%s", request.method, request.path, traceback.format_exc())
+            return json_response({"error": internal_error_dict(e, str(paths.daemon_log()))}, 500)
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[guard])
+    app["daemon"] = daemon
+    rm = daemon.requests
+
+    async def submit(request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        rid = await rm.submit(request.match_info["verb"], body)
+        return json_response({"request_id": rid}, 201)
+
+    async def req_ls(request: web.Request) -> web.StreamResponse:
+        q = request.query
+        statuses = [s for s in q.get("status", "").split(",") if s]
+        try:
+            limit = int(q.get("limit", "100"))
+        except ValueError:
+            raise InvalidSpecError("limit must be an integer", field="limit") from None
+        rows = await rm.ls(statuses or None, q.get("verb") or None, limit, False)
+        return json_response(rows)
+
+    async def req_get(request: web.Request) -> web.StreamResponse:
+        return json_response(await rm.get(request.match_info["id"]))
+
+    async def req_cancel(request: web.Request) -> web.StreamResponse:
+        return json_response(await rm.cancel(request.match_info["id"]))
+
+    async def req_events(request: web.Request) -> web.StreamResponse:
+        follow = request.query.get("follow", "0") not in ("0", "false", "")
+        rid = await rm.resolve(request.match_info["id"])  # 404 before the stream starts
+        return await _stream_lines(request, rm.events(rid, follow))
+
+    async def openapi(request: web.Request) -> web.StreamResponse:
+        from skyd.daemon.openapi import build_openapi
+
+        return json_response(build_openapi())
+
+    app.router.add_post("/v1/requests/{verb}", submit)
+    app.router.add_get("/v1/requests", req_ls)
+    app.router.add_get("/v1/requests/{id}", req_get)
+    app.router.add_delete("/v1/requests/{id}", req_cancel)
+    app.router.add_get("/v1/requests/{id}/events", req_events)
+    app.router.add_get("/v1/openapi.json", openapi)
+    for read in READS.values():
+        app.router.add_route(read.method, read.path, _read_handler(daemon, read))
+    return app
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise InvalidSpecError(f"request body is not valid JSON: {e}", field="body") from None
+
+
+async def _stream_lines(request: web.Request, chunks: Any) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    try:
+        async for chunk in chunks:
+            await resp.write(chunk)
+        await resp.write_eof()
+    except ConnectionError:
+        pass
+    return resp
+
+
+def _read_handler(daemon: Daemon, read: Read) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body: Any = None
+        if request.method in ("POST", "PUT", "PATCH"):
+            body = await _json_body(request)
+            if read.body is not None:
+                try:
+                    body = read.body.model_validate(body or {}).model_dump(mode="json")
+                except pydantic.ValidationError as e:
+                    raise validation_error(e, read.path) from None
+        out = await read.handler(ReadContext(daemon, body), request)
+        if isinstance(out, web.StreamResponse):
+            return out
+        return json_response(out)
+
+    handle.__name__ = f"read_{read.method}_{read.path}"
+    return handle
+
+
+__all__ = ["build_app", "peer_allowed", "peer_credentials", "VERBS"]

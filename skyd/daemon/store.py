@@ -1,0 +1,228 @@
+"""The state store: one SQLite file (WAL) under SKYD_HOME, via aiosqlite.
+
+Single writer: every write goes through :meth:`Store.tx`, serialised by an anyio lock,
+on the writer connection (``BEGIN IMMEDIATE`` ... ``COMMIT``). Reads use a second
+connection, so they see committed data only and never wait behind a long transaction.
+Inside a ``tx()`` block, read through the yielded connection to see your own writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+import anyio
+
+from skyd.daemon.schema import MIGRATIONS
+
+Row = dict[str, Any]
+T = TypeVar("T")
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON for TEXT columns."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def decode_json(row: Row | None, cols: Iterable[str]) -> Row | None:
+    """Decode the JSON TEXT columns ``cols`` of ``row`` in place (bad JSON stays a string)."""
+    if row is None:
+        return None
+    for c in cols:
+        v = row.get(c)
+        if isinstance(v, str) and v:
+            try:
+                row[c] = json.loads(v)
+            except ValueError:
+                pass
+    return row
+
+
+class Store:
+    """Async access to the daemon's SQLite state."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._w: aiosqlite.Connection | None = None
+        self._r: aiosqlite.Connection | None = None
+        self._wlock = anyio.Lock()
+        #: bumped after every committed transaction; cheap cache invalidation for reads.
+        self.generation = 0
+        self._cache: dict[str, tuple[tuple[int, int, int, int], Any]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._w = await self._connect()
+        await self._w.execute("PRAGMA journal_mode=WAL")
+        await self.migrate()
+        self._r = await self._connect()
+        await self._r.execute("PRAGMA query_only=1")
+
+    async def _connect(self) -> aiosqlite.Connection:
+        db = await aiosqlite.connect(str(self.path), isolation_level=None)
+        db.row_factory = sqlite3.Row
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+        await db.execute("PRAGMA foreign_keys=ON")
+        return db
+
+    async def close(self) -> None:
+        """Close both connections; the last close checkpoints and removes the WAL file."""
+        with anyio.CancelScope(shield=True):
+            async with self._wlock:
+                for attr in ("_r", "_w"):
+                    db = getattr(self, attr)
+                    setattr(self, attr, None)
+                    if db is not None:
+                        await db.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._w is not None
+
+    async def user_version(self) -> int:
+        row = await self._writer().execute_fetchall("PRAGMA user_version")
+        return int(list(row)[0][0])
+
+    async def migrate(self) -> None:
+        """Apply every migration past the file's ``user_version``, each in one transaction."""
+        db = self._writer()
+        current = await self.user_version()
+        if current > len(MIGRATIONS):
+            raise RuntimeError(
+                f"state database {self.path} has schema version {current}, newer than this "
+                f"skyd ({len(MIGRATIONS)}); upgrade skyd"
+            )
+        for version in range(current, len(MIGRATIONS)):
+            mig = MIGRATIONS[version]
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                if isinstance(mig, str):
+                    for stmt in _split_sql(mig):
+                        await db.execute(stmt)
+                else:
+                    await mig(db)
+                await db.execute(f"PRAGMA user_version = {version + 1}")
+                await db.execute("COMMIT")
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+
+    # -- writes ----------------------------------------------------------------------
+    def _writer(self) -> aiosqlite.Connection:
+        if self._w is None:
+            raise RuntimeError("store is closed")
+        return self._w
+
+    @asynccontextmanager
+    async def tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction: ``async with store.tx() as db: await db.execute(...)``.
+
+        Commits on normal exit, rolls back on exception. The commit/rollback is shielded
+        from cancellation so a cancelled request never leaves a transaction open.
+        """
+        async with self._wlock:
+            db = self._writer()
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await db.execute("ROLLBACK")
+                raise
+            with anyio.CancelScope(shield=True):
+                await db.execute("COMMIT")
+                self.generation += 1
+
+    async def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> int:
+        """One statement in its own transaction; returns lastrowid (or rowcount if none)."""
+        async with self.tx() as db:
+            cur = await db.execute(sql, args)
+            return cur.lastrowid or cur.rowcount
+
+    # -- reads -----------------------------------------------------------------------
+    def _reader(self) -> aiosqlite.Connection:
+        if self._r is None:
+            raise RuntimeError("store is closed")
+        return self._r
+
+    async def fetchall(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = (), *, json_cols: Iterable[str] = ()
+    ) -> list[Row]:
+        rows = await self._reader().execute_fetchall(sql, args)
+        out = [dict(r) for r in rows]
+        cols = tuple(json_cols)
+        if cols:
+            for r in out:
+                decode_json(r, cols)
+        return out
+
+    async def fetchone(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = (), *, json_cols: Iterable[str] = ()
+    ) -> Row | None:
+        async with self._reader().execute(sql, args) as cur:
+            r = await cur.fetchone()
+        return decode_json(dict(r), json_cols) if r is not None else None
+
+    # -- cache -----------------------------------------------------------------------
+    def change_token(self) -> tuple[int, int, int, int]:
+        """Changes whenever the database may have changed: our own commits (generation)
+        and any other process's (WAL/db file size and mtime). Two stat() calls."""
+        try:
+            w = os.stat(f"{self.path}-wal")
+            wt, ws = w.st_mtime_ns, w.st_size
+        except OSError:
+            wt = ws = 0
+        try:
+            dt = os.stat(self.path).st_mtime_ns
+        except OSError:
+            dt = 0
+        return (self.generation, wt, ws, dt)
+
+    async def cached(self, key: str, build: Callable[[], Awaitable[T]]) -> T:
+        """``await build()`` once per database change; reads answered from memory
+        between changes (e.g. the status listing many clients poll)."""
+        token = self.change_token()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == token:
+            return hit[1]  # type: ignore[no-any-return]
+        value = await build()
+        self._cache[key] = (token, value)
+        return value
+
+    # -- kv --------------------------------------------------------------------------
+    async def kv_get(self, key: str, default: Any = None) -> Any:
+        row = await self.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
+        return json.loads(row["value"]) if row else default
+
+    async def kv_set(self, key: str, value: Any) -> None:
+        await self.execute(
+            "INSERT INTO kv(key, value) VALUES(?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, dumps(value)),
+        )
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside literals please)."""
+    out: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        stripped = line.split("--", 1)[0]
+        buf.append(stripped)
+        if stripped.rstrip().endswith(";"):
+            stmt = "\n".join(buf).strip()
+            if sqlite3.complete_statement(stmt):
+                out.append(stmt)
+                buf = []
+    tail = "\n".join(buf).strip()
+    if tail:
+        out.append(tail)
+    return out

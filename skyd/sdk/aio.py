@@ -1,0 +1,203 @@
+"""Async SDK (aiohttp over the Unix socket): the sync SDK's calls as coroutines.
+
+    async with AsyncClient() as c:
+        rid = await c.submit("sleep", {"seconds": 1})
+        async for ev in c.stream(rid): ...        # ends after the terminal event
+        result = await c.wait(rid)
+
+Module-level coroutines (``await aio.status()``) use a short-lived client each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+from skyd import paths
+from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
+from skyd.sdk.transport import _url, ensure_daemon
+
+
+class AsyncClient:
+    def __init__(self, socket_path: str | Path | None = None, *, autostart: bool | None = None,
+                 timeout: float = 300.0) -> None:
+        self.socket_path = str(socket_path or paths.socket_path())
+        if autostart is None:
+            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+        self.autostart = autostart
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self.last_result: Any = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=self.socket_path),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+            )
+        return self._session
+
+    async def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None,
+                    timeout: float | None) -> aiohttp.ClientResponse:
+        url = "http://skyd" + _url(path, params)
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        started = False
+        while True:
+            try:
+                resp = await self._sess().request(
+                    method, url, data=data, headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=timeout),
+                )
+            except aiohttp.ClientConnectorError as e:
+                if not self.autostart or started:
+                    raise DaemonUnavailableError(
+                        f"cannot reach the skyd daemon at {self.socket_path}: {e}",
+                        hint="start it with: skyd daemon start") from None
+                await anyio.to_thread.run_sync(ensure_daemon, self.socket_path)
+                started = True
+                continue
+            if resp.status >= 400:
+                raw = await resp.read()
+                resp.release()
+                try:
+                    err = json.loads(raw).get("error")
+                except (ValueError, AttributeError):
+                    err = None
+                if isinstance(err, dict):
+                    raise error_from_dict(err)
+                raise SkydError(f"daemon answered HTTP {resp.status}")
+            return resp
+
+    async def request(self, method: str, path: str, body: Any = None,
+                      params: dict[str, Any] | None = None) -> Any:
+        resp = await self._send(method, path, body, params, self.timeout)
+        async with resp:
+            raw = await resp.read()
+        return json.loads(raw) if raw else None
+
+    async def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return await self.request("GET", path, params=params)
+
+    async def post(self, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        return await self.request("POST", path, body if body is not None else {}, params)
+
+    async def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return await self.request("DELETE", path, params=params)
+
+    async def stream_ndjson(self, path: str, params: dict[str, Any] | None = None,
+                            method: str = "GET", body: Any = None) -> AsyncIterator[dict[str, Any]]:
+        resp = await self._send(method, path, body, params, None)
+        async with resp:
+            async for line in resp.content:
+                if line.strip():
+                    yield json.loads(line)
+
+    # -- verbs -----------------------------------------------------------------------
+    async def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
+        return str((await self.post(f"/v1/requests/{verb}", payload or {}))["request_id"])
+
+    async def stream(self, request_id: str, follow: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Events from the start; the last one yielded is the terminal ``result`` or
+        ``error`` event (not raised here; use :meth:`wait` or ``result_of_event``)."""
+        async for ev in self.stream_ndjson(f"/v1/requests/{request_id}/events",
+                                           {"follow": 1 if follow else 0}):
+            yield ev
+            if ev.get("type") in ("result", "error"):
+                return
+
+    async def stream_and_get(self, request_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Like the sync SDK: yields non-terminal events; raises the request's error;
+        the result is available afterwards as ``self.last_result``."""
+        async for ev in self.stream(request_id):
+            if ev.get("type") == "error":
+                raise error_from_dict(ev.get("error") or {})
+            if ev.get("type") == "result":
+                self.last_result = ev.get("result")
+                return
+            yield ev
+
+    async def wait(self, request_id: str) -> Any:
+        async for _ in self.stream_and_get(request_id):
+            pass
+        return self.last_result
+
+    async def validate(self, yaml_text: str, *, env: dict[str, str] | None = None,
+                       base_dir: str | None = None, path: str | None = None) -> dict[str, Any]:
+        return dict(await self.post("/v1/validate", {
+            "yaml": yaml_text, "env": env or {}, "base_dir": base_dir or os.getcwd(), "path": path}))
+
+    async def status(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        return list(await self.get("/v1/status", {"name": names} if names else None))
+
+    async def requests_ls(self, status: list[str] | str | None = None, verb: str | None = None,
+                          limit: int = 100) -> list[dict[str, Any]]:
+        return list(await self.get("/v1/requests", {"status": status, "verb": verb, "limit": limit}))
+
+    async def requests_get(self, request_id: str) -> dict[str, Any]:
+        return dict(await self.get(f"/v1/requests/{request_id}"))
+
+    async def requests_cancel(self, request_id: str) -> dict[str, Any]:
+        return dict(await self.delete(f"/v1/requests/{request_id}"))
+
+    async def health(self) -> dict[str, Any]:
+        return dict(await self.get("/v1/health"))
+
+
+async def _one(name: str, *args: Any, **kw: Any) -> Any:
+    async with AsyncClient() as c:
+        return await getattr(c, name)(*args, **kw)
+
+
+async def submit(verb: str, payload: dict[str, Any] | None = None) -> str:
+    return str(await _one("submit", verb, payload))
+
+
+async def wait(request_id: str) -> Any:
+    return await _one("wait", request_id)
+
+
+async def validate(yaml_text: str, **kw: Any) -> dict[str, Any]:
+    return dict(await _one("validate", yaml_text, **kw))
+
+
+async def status(names: list[str] | None = None) -> list[dict[str, Any]]:
+    return list(await _one("status", names))
+
+
+async def requests_ls(**kw: Any) -> list[dict[str, Any]]:
+    return list(await _one("requests_ls", **kw))
+
+
+async def requests_get(request_id: str) -> dict[str, Any]:
+    return dict(await _one("requests_get", request_id))
+
+
+async def requests_cancel(request_id: str) -> dict[str, Any]:
+    return dict(await _one("requests_cancel", request_id))
+
+
+async def stream_and_get(request_id: str) -> AsyncIterator[dict[str, Any]]:
+    """Yields events (the terminal one included last); raises the request's error."""
+    async with AsyncClient() as c:
+        async for ev in c.stream(request_id):
+            if ev.get("type") == "error":
+                raise error_from_dict(ev.get("error") or {})
+            yield ev

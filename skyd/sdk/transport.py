@@ -1,0 +1,319 @@
+"""Stdlib HTTP/1.1 client over the daemon's Unix socket, plus daemon auto-start.
+
+Imports only the standard library and skyd.paths/skyd.errors: the one-shot CLI's fast
+path runs on it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from skyd import paths
+from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """``http.client.HTTPConnection`` speaking to an AF_UNIX socket path."""
+
+    def __init__(self, path: str, timeout: float | None = None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            s.settimeout(self.timeout)
+        try:
+            s.connect(self.unix_path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+def _url(path: str, params: dict[str, Any] | None) -> str:
+    if not path.startswith("/"):
+        path = "/" + path
+    if not path.startswith("/v1/"):
+        path = "/v1" + path
+    if params:
+        clean = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+                 for k, v in params.items() if v is not None}
+        if clean:
+            path += "?" + urlencode(clean)
+    return path
+
+
+def _raise_for(status: int, data: bytes) -> None:
+    try:
+        doc = json.loads(data) if data else {}
+    except ValueError:
+        doc = {}
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(err, dict):
+        raise error_from_dict(err)
+    raise SkydError(f"daemon answered HTTP {status}: {data[:200].decode(errors='replace')}")
+
+
+class Client:
+    """Blocking client of the daemon API. Keeps one keep-alive connection; streams use
+    their own. ``autostart``: start the daemon when the socket does not answer."""
+
+    def __init__(
+        self, socket_path: str | Path | None = None, *, autostart: bool | None = None,
+        timeout: float | None = 300.0,
+    ) -> None:
+        self.socket_path = str(socket_path or paths.socket_path())
+        if autostart is None:
+            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+        self.autostart = autostart
+        self.timeout = timeout
+        self._conn: UnixHTTPConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing --------------------------------------------------------------------
+    def _open(self, method: str, url: str, body: Any, *, fresh: bool,
+              timeout: float | None) -> tuple[UnixHTTPConnection, http.client.HTTPResponse]:
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        started = stale_retried = False
+        while True:
+            conn = UnixHTTPConnection(self.socket_path, timeout) if fresh else self._keepalive()
+            try:
+                conn.request(method, url, body=payload, headers=headers)
+                return conn, conn.getresponse()
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                self._drop(conn, fresh)
+                if not self.autostart or started:
+                    raise self._unavailable(e) from None
+                ensure_daemon(self.socket_path)
+                started = True
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                # A keep-alive connection the daemon closed meanwhile: retry once on a new one
+                # (a POST only when it cannot have been received).
+                self._drop(conn, fresh)
+                resend_ok = method != "POST" or isinstance(e, BrokenPipeError)
+                if fresh or stale_retried or not resend_ok:
+                    raise self._unavailable(e) from None
+                stale_retried = True
+            except OSError as e:
+                self._drop(conn, fresh)
+                raise self._unavailable(e) from None
+
+    def _drop(self, conn: UnixHTTPConnection, fresh: bool) -> None:
+        conn.close()
+        if not fresh:
+            self._conn = None
+
+    def _unavailable(self, e: BaseException | None) -> DaemonUnavailableError:
+        return DaemonUnavailableError(
+            f"cannot reach the skyd daemon at {self.socket_path}" + (f": {e}" if e else ""),
+            hint="start it with: skyd daemon start (log: " + str(paths.daemon_log()) + ")",
+        )
+
+    def _keepalive(self) -> UnixHTTPConnection:
+        if self._conn is None:
+            self._conn = UnixHTTPConnection(self.socket_path, self.timeout)
+        return self._conn
+
+    # -- JSON calls ------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None,
+                params: dict[str, Any] | None = None) -> Any:
+        _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout)
+        data = resp.read()
+        if resp.status >= 400:
+            _raise_for(resp.status, data)
+        return json.loads(data) if data else None
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        return self.request("POST", path, body if body is not None else {}, params)
+
+    def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("DELETE", path, params=params)
+
+    # -- streams ---------------------------------------------------------------------
+    def stream_bytes(self, path: str, params: dict[str, Any] | None = None,
+                     method: str = "GET", body: Any = None) -> Iterator[bytes]:
+        """Raw chunks of a streamed response (own connection, no read timeout)."""
+        conn, resp = self._open(method, _url(path, params), body, fresh=True, timeout=None)
+        try:
+            if resp.status >= 400:
+                _raise_for(resp.status, resp.read())
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            conn.close()
+
+    def stream_ndjson(self, path: str, params: dict[str, Any] | None = None,
+                      method: str = "GET", body: Any = None) -> Iterator[dict[str, Any]]:
+        """One decoded JSON document per line of a streamed ndjson response."""
+        buf = b""
+        for chunk in self.stream_bytes(path, params, method, body):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+        if buf.strip():
+            yield json.loads(buf)
+
+    # -- requests --------------------------------------------------------------------
+    def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
+        return str(self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {})["request_id"])
+
+    def events(self, request_id: str, follow: bool = True) -> Iterator[dict[str, Any]]:
+        return self.stream_ndjson(f"/v1/requests/{quote(request_id)}/events",
+                                  {"follow": 1 if follow else 0})
+
+
+# -- daemon control (stdlib only) -----------------------------------------------------
+def socket_answers(path: str | Path, timeout: float = 1.0) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def daemon_command() -> list[str]:
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "daemon", "run"]
+    return [sys.executable, "-m", "skyd.daemon"]
+
+
+def running_pid() -> int | None:
+    """The pid of the daemon holding this SKYD_HOME's pid-file lock, else None."""
+    import fcntl
+
+    pf = paths.pid_file()
+    try:
+        fd = os.open(pf, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = pf.read_text().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def ensure_daemon(socket_path: str | Path | None = None, timeout: float = 30.0) -> bool:
+    """Start the daemon in the background unless its socket answers; True if started.
+
+    A file lock under SKYD_HOME/run makes concurrent callers start one daemon.
+    """
+    import fcntl
+
+    sp = str(socket_path or paths.socket_path())
+    if socket_answers(sp):
+        return False
+    rundir = paths.home() / "run"
+    rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(rundir / "start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise DaemonUnavailableError("timed out waiting for another client starting the daemon") from None
+                time.sleep(0.02)
+        if socket_answers(sp):
+            return False
+        return _spawn_and_wait(sp, deadline)
+    finally:
+        os.close(fd)
+
+
+def _spawn_and_wait(sp: str, deadline: float) -> bool:
+    import subprocess
+
+    logs = paths.logs_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("NOTIFY_SOCKET", None)
+    env["SKYD_SOCKET"] = sp
+    errpath = logs / "daemon.stderr"
+    with open(errpath, "ab") as err:
+        proc = subprocess.Popen(
+            daemon_command(), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+            start_new_session=True, close_fds=True, env=env, cwd="/",
+        )
+    while time.monotonic() < deadline:
+        if socket_answers(sp, 0.5):
+            return True
+        rc = proc.poll()
+        if rc is not None:
+            if socket_answers(sp):  # lost a race with a daemon started otherwise
+                return False
+            tail = ""
+            try:
+                tail = errpath.read_text(errors="replace").strip().splitlines()[-1]
+            except (OSError, IndexError):
+                pass
+            raise DaemonUnavailableError(
+                f"the daemon exited at start (code {rc}){': ' + tail if tail else ''}",
+                hint=f"see {errpath} and {paths.daemon_log()}",
+            )
+        time.sleep(0.02)
+    raise DaemonUnavailableError(
+        f"the daemon did not open {sp} in time", hint=f"see {paths.daemon_log()}"
+    )
+
+
+def stop_daemon(timeout: float = 20.0) -> int | None:
+    """SIGTERM the running daemon and wait for it to exit; its pid, or None if none ran."""
+    import signal
+
+    pid = running_pid()
+    if pid is None or pid <= 0:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if running_pid() is None:
+            return pid
+        time.sleep(0.02)
+    raise DaemonUnavailableError(
+        f"the daemon (pid {pid}) did not stop within {timeout:g}s",
+        hint=f"see {paths.daemon_log()}; kill it with: kill -9 {pid}",
+    )

@@ -1,0 +1,73 @@
+"""The SQLite store: migrations, WAL, transactions (in-process)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from skyd.daemon.schema import MIGRATIONS
+from skyd.daemon.store import Store
+
+TABLES = {"requests", "clusters", "cluster_history", "cluster_jobs", "managed_jobs",
+          "managed_job_attempts", "services", "replicas", "kv"}
+
+
+@pytest.mark.anyio
+async def test_migrations_create_tables_in_wal(tmp_path: Path) -> None:
+    st = Store(tmp_path / "state.db")
+    await st.open()
+    try:
+        rows = await st.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+        assert TABLES <= {r["name"] for r in rows}
+        assert await st.user_version() == len(MIGRATIONS)
+        mode = await st.fetchone("PRAGMA journal_mode")
+        assert mode is not None and list(mode.values())[0] == "wal"
+    finally:
+        await st.close()
+    # Reopening does not re-run migrations, and the file closed cleanly (no WAL left).
+    assert not (tmp_path / "state.db-wal").exists()
+    st2 = Store(tmp_path / "state.db")
+    await st2.open()
+    assert await st2.user_version() == len(MIGRATIONS)
+    await st2.close()
+
+
+@pytest.mark.anyio
+async def test_tx_commits_or_rolls_back(tmp_path: Path) -> None:
+    st = Store(tmp_path / "state.db")
+    await st.open()
+    try:
+        gen = st.generation
+        async with st.tx() as db:
+            await db.execute("INSERT INTO kv(key, value) VALUES('a', '1')")
+        assert st.generation == gen + 1
+        with pytest.raises(RuntimeError):
+            async with st.tx() as db:
+                await db.execute("INSERT INTO kv(key, value) VALUES('b', '2')")
+                raise RuntimeError("boom")
+        rows = await st.fetchall("SELECT key FROM kv ORDER BY key")
+        assert [r["key"] for r in rows] == ["a"]
+        await st.kv_set("x", {"n": [1, 2]})
+        assert await st.kv_get("x") == {"n": [1, 2]}
+        await st.execute(
+            "INSERT INTO clusters(name, status, accelerators) VALUES(?, ?, ?)",
+            ("c1", "UP", '{"H100": 8}'),
+        )
+        row = await st.fetchone("SELECT * FROM clusters", json_cols=("accelerators",))
+        assert row is not None and row["accelerators"] == {"H100": 8}
+    finally:
+        await st.close()
+
+
+@pytest.mark.anyio
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "state.db"
+    con = sqlite3.connect(p)
+    con.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
+    con.close()
+    st = Store(p)
+    with pytest.raises(RuntimeError, match="newer than this skyd"):
+        await st.open()
+    await st.close()
