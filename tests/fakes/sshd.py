@@ -1,0 +1,99 @@
+"""A real OpenSSH server on 127.0.0.2:2222 for a clean test user (CI tier).
+
+Needs root and Debian's ``openssh-server`` (``/usr/sbin/sshd``). The user ``skydtest`` is
+created once (``useradd -m``, then ``usermod -p '*'`` to unlock key login; not root, whose
+.bashrc runs ``pyenv init``). Config: ``UsePAM no``, ``StrictModes no`` (keys live under a
+temp dir), a generated host key and an ``AuthorizedKeysFile`` with a generated ed25519 key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from tests.fakes.sshhost import make_keypair
+
+SSHD = "/usr/sbin/sshd"
+USER = "skydtest"
+
+
+def unavailable_reason() -> str | None:
+    if not os.path.exists(SSHD):
+        return "real-sshd tier: /usr/sbin/sshd missing (apt-get install -y openssh-server rsync)"
+    if os.geteuid() != 0:
+        return "real-sshd tier: needs root (creates a test user and runs sshd)"
+    return None
+
+
+def ensure_user() -> Path:
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", USER], check=True)
+    subprocess.run(["usermod", "-p", "*", USER], check=True)  # unlock for key login
+    pw = pwd.getpwnam(USER)
+    home = Path(pw.pw_dir)
+    if not home.is_dir():
+        home.mkdir(parents=True)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+    return home
+
+
+@dataclass
+class RealSSHD:
+    host: str
+    port: int
+    user: str
+    key: Path
+    home: Path
+
+
+@contextlib.asynccontextmanager
+async def real_sshd(tmp: Path, host: str = "127.0.0.2", port: int = 2222) -> AsyncIterator[RealSSHD]:
+    home = ensure_user()
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp, 0o755)
+    priv, pub = make_keypair(tmp / "client")
+    hostkey, _ = make_keypair(tmp / "hostkey", "ssh_host_ed25519_key")
+    auth = tmp / "authorized_keys"
+    shutil.copy(pub, auth)
+    os.chmod(auth, 0o644)
+    conf = tmp / "sshd_config"
+    conf.write_text(
+        f"ListenAddress {host}:{port}\nHostKey {hostkey}\nUsePAM no\nStrictModes no\n"
+        f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+        f"AuthorizedKeysFile {auth}\nAllowUsers {USER}\nPidFile {tmp}/sshd.pid\n"
+        "Subsystem sftp internal-sftp\nAllowTcpForwarding yes\nLogLevel ERROR\n"
+    )
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    proc = await anyio.open_process([SSHD, "-D", "-e", "-f", str(conf)])
+    try:
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    with socket.create_connection((host, port), timeout=0.2):
+                        break
+                except OSError:
+                    if proc.returncode is not None:
+                        err = await proc.stderr.receive() if proc.stderr else b""
+                        raise RuntimeError(f"sshd exited: {err!r}") from None
+                    await anyio.sleep(0.05)
+        yield RealSSHD(host, port, USER, priv, home)
+    finally:
+        proc.terminate()
+        with anyio.move_on_after(5):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.kill()
+        await proc.aclose()
+        # what the tests started as the user (agents) goes too
+        subprocess.run(["pkill", "-KILL", "-u", USER], check=False)
