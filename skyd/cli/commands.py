@@ -21,4 +21,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_requests",
     "skyd.cli.cmd_daemon",
     "skyd.cli.cmd_completion",
+    "skyd.cli.cmd_launch",
+    "skyd.cli.cmd_cluster",
+    "skyd.clouds.ssh.cli",
 ]

@@ -24,7 +24,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "sync_file_mounts": ("Syncing file mounts", "Synced file mounts"),
     "setup": ("Running setup", "Setup done"),
     "pre_exec": ("Preparing to run", "Ready to run"),
-    "exec": ("Submitting job", "Job submitted"),
+    "exec": ("Running job", "Job finished"),
     "down": ("Tearing down", "Torn down"),
     "stop": ("Stopping", "Stopped"),
     "start": ("Starting", "Started"),

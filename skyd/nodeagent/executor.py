@@ -143,6 +143,8 @@ class Executor:
         script.write_text((spec.get(phase) or "") + "\n")
         self.queue.put_rank(job_id, rank, phase, state="starting", gpu_slots=gpu_slots)
         workdir = os.path.expanduser(spec.get("workdir") or "")
+        if workdir and not os.path.isabs(workdir):
+            workdir = str(self.home / workdir)  # relative: inside this node's agent home
         cwd = workdir if workdir and os.path.isdir(workdir) else os.path.expanduser("~")
         env = job_env(spec, job_id, rank, phase, gpu_slots, self.vendor, self.cluster)
         with open(str(self.log_path(job_id, rank)), "ab") as log:

@@ -1,0 +1,161 @@
+"""skyd launch / skyd exec: submit a task and follow its stages and log."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from skyd.cli.cmd_validate import add_env_flags, collect_env
+from skyd.cli.output import add_output_flag
+
+
+def _add_resource_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("resource overrides (replace the YAML's values)")
+    g.add_argument("--gpus", metavar="ACC[:N]", help="accelerators, e.g. A100:8 or MI300X:8")
+    g.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 4 or 4+")
+    g.add_argument("--memory", metavar="GB[+]", help="memory per node in GiB, e.g. 32+")
+    g.add_argument("--infra", metavar="INFRA", help="e.g. local, aws/us-east-1, k8s, ssh/pool")
+    g.add_argument("--cloud", help=argparse.SUPPRESS)
+    g.add_argument("--region", help=argparse.SUPPRESS)
+    g.add_argument("--zone", help=argparse.SUPPRESS)
+    g.add_argument("--instance-type", "-t", dest="instance_type", help="instance type")
+    g.add_argument("--num-nodes", type=int, dest="num_nodes", help="number of nodes")
+    g.add_argument("--use-spot", dest="use_spot", action="store_true", default=None,
+                   help="use spot instances")
+    g.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand")
+    g.add_argument("--disk-size", type=int, dest="disk_size", help="disk size in GB")
+    g.add_argument("--image-id", dest="image_id", help="image (docker:<img> for containers)")
+    g.add_argument("--ports", action="append", help="ports to open (repeatable)")
+    g.add_argument("--workdir", help="directory synced to the nodes (the job's cwd)")
+    g.add_argument("--name", "-n", dest="task_name", help="task name")
+    add_env_flags(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "launch", help="launch a task on a (new or existing) cluster",
+        description="Launch a task from a YAML file or an inline command. Shows one line "
+                    "per stage, then streams the job's output.",
+    )
+    p.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND")
+    p.add_argument("-c", "--cluster", help="cluster name (generated when absent)")
+    p.add_argument("--dryrun", action="store_true", help="show the plan; launch nothing")
+    p.add_argument("-d", "--detach-run", action="store_true", help="don't stream the job's log")
+    p.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=int,
+                   help="stop the cluster after this many idle minutes")
+    p.add_argument("--down", action="store_true",
+                   help="tear the cluster down when its jobs are done (or after -i minutes idle)")
+    p.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    p.add_argument("--no-setup", action="store_true", help="skip the setup step")
+    p.add_argument("-r", "--retry-until-up", action="store_true",
+                   help="keep retrying when no capacity is available")
+    p.add_argument("--minimize", choices=("cost", "time"), default="cost",
+                   help="optimizer objective (default: cost)")
+    p.add_argument("--async", dest="async_", action="store_true",
+                   help="print the request id and return at once")
+    _add_resource_flags(p)
+    add_output_flag(p)
+    p.set_defaults(func=run_launch)
+
+    e = sub.add_parser("exec", help="run a task on an existing cluster (skips setup)",
+                       description="Sync the workdir and run a task or command on an UP cluster.")
+    e.add_argument("cluster", help="cluster name")
+    e.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND")
+    e.add_argument("-d", "--detach-run", action="store_true", help="don't stream the job's log")
+    e.add_argument("--async", dest="async_", action="store_true",
+                   help="print the request id and return at once")
+    _add_resource_flags(e)
+    add_output_flag(e)
+    e.set_defaults(func=run_exec)
+
+
+def _entry(parts: list[str]) -> dict[str, Any]:
+    """A YAML file path, or an inline command (like sky launch 'echo hi')."""
+    if len(parts) == 1 and parts[0].endswith((".yaml", ".yml")):
+        path = os.path.abspath(os.path.expanduser(parts[0]))
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            from skyd.errors import InvalidSpecError
+
+            raise InvalidSpecError(f"cannot read {parts[0]}: {e.strerror}",
+                                   hint="check the path of the task YAML") from None
+        return {"yaml": text, "yaml_path": path, "base_dir": os.path.dirname(path)}
+    return {"command": " ".join(parts), "base_dir": os.getcwd()}
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    infra = args.infra
+    if not infra and (args.cloud or args.region or args.zone):
+        infra = "/".join(x or "*" for x in (args.cloud, args.region, args.zone)).rstrip("/*")
+    o = {
+        "gpus": args.gpus, "cpus": args.cpus, "memory": args.memory, "infra": infra,
+        "instance_type": args.instance_type, "num_nodes": args.num_nodes,
+        "use_spot": args.use_spot, "disk_size": args.disk_size, "image_id": args.image_id,
+        "ports": args.ports, "name": args.task_name,
+        "workdir": os.path.abspath(args.workdir) if args.workdir else None,
+    }
+    return {k: v for k, v in o.items() if v is not None}
+
+
+def _finish(client: Any, rid: str, args: argparse.Namespace) -> int:
+    if args.async_:
+        print(rid)
+        return 0
+    from skyd.cli.progress import follow_request
+
+    quiet = args.output == "json"
+    devnull = open(os.devnull, "w") if quiet else None  # noqa: SIM115 - closed below
+    try:
+        result = follow_request(client, rid, out=devnull, err=devnull)
+    finally:
+        if devnull:
+            devnull.close()
+    if quiet:
+        from skyd.cli.output import print_json
+
+        print_json(result)
+        return 0 if not result or result.get("status") in (None, "SUCCEEDED") else 1
+    if isinstance(result, dict) and result.get("dryrun"):
+        print(result.get("table", ""))
+        return 0
+    if isinstance(result, dict) and result.get("job_id") is not None:
+        status = result.get("status")
+        name, jid = result.get("cluster"), result.get("job_id")
+        if status in (None, "PENDING", "RUNNING", "SETTING_UP", "INIT"):
+            print(f"Job {jid} submitted to cluster {name}. "
+                  f"Follow: skyd logs {name} {jid} · Queue: skyd queue {name}", file=sys.stderr)
+            return 0
+        code = result.get("exit_code")
+        tail = f" (exit code {code})" if code not in (None, 0) else ""
+        print(f"✓ Job {jid} on {name}: {status}{tail}" if status == "SUCCEEDED"
+              else f"✗ Job {jid} on {name}: {status}{tail}", file=sys.stderr)
+        return 0 if status == "SUCCEEDED" else 1
+    return 0
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+
+    payload = _entry(args.entrypoint)
+    payload.update(
+        env=collect_env(args), cluster_name=args.cluster, overrides=_overrides(args),
+        dryrun=args.dryrun, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
+        down=args.down, no_setup=args.no_setup, retry_until_up=args.retry_until_up,
+        minimize=args.minimize,
+    )
+    client = get_client()
+    return _finish(client, client.submit("launch", payload), args)
+
+
+def run_exec(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+
+    payload = _entry(args.entrypoint)
+    payload.update(env=collect_env(args), cluster_name=args.cluster,
+                   overrides=_overrides(args), detach_run=args.detach_run)
+    client = get_client()
+    return _finish(client, client.submit("exec", payload), args)

@@ -1,0 +1,201 @@
+"""Cluster and cluster-job rows in the daemon's SQLite (the lower state machine's mirror).
+
+Every change is one transaction written before it is reported. The handle (with the agent
+token) is stored in `clusters.handle`; only `public_*` views leave the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from skyd.clouds.base import ClusterHandle
+from skyd.errors import NotFoundError
+
+INIT, UP, STOPPED = "INIT", "UP", "STOPPED"
+TERMINAL_JOB = {"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"}
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return dict(r) if r is not None else {}
+
+
+async def get_cluster(store: Any, name: str) -> dict[str, Any] | None:
+    r = await store.fetchone("SELECT * FROM clusters WHERE name = ?", (name,))
+    return _row(r) if r is not None else None
+
+
+async def require_cluster(store: Any, name: str) -> dict[str, Any]:
+    row = await get_cluster(store, name)
+    if row is None:
+        names = [r["name"] for r in await store.fetchall("SELECT name FROM clusters")]
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else "see `skyd status` for clusters"
+        raise NotFoundError(f"cluster {name!r} does not exist", hint=hint)
+    return row
+
+
+def handle_of(row: dict[str, Any]) -> ClusterHandle | None:
+    text = row.get("handle")
+    return ClusterHandle.from_json(text) if text else None
+
+
+async def insert_init(
+    store: Any, name: str, *, request_id: str, resources: dict[str, Any], num_nodes: int
+) -> None:
+    now = time.time()
+    async with store.tx() as db:
+        await db.execute(
+            "INSERT INTO clusters (name, status, num_nodes, resources, request_id, launched_at,"
+            " status_updated_at, last_use) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(name) DO UPDATE SET status = excluded.status,"
+            " request_id = excluded.request_id, status_updated_at = excluded.status_updated_at",
+            (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now),
+        )
+
+
+async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: str = "") -> None:
+    now = time.time()
+    async with store.tx() as db:
+        await db.execute(
+            "UPDATE clusters SET status = ?, cloud = ?, region = ?, zone = ?, instance_type = ?,"
+            " accelerators = ?, num_nodes = ?, use_spot = ?, hourly_cost = ?, handle = ?,"
+            " status_updated_at = ?, status_reason = ? WHERE name = ?",
+            (
+                status,
+                handle.cloud,
+                handle.region,
+                handle.zone,
+                handle.instance_type,
+                json.dumps(handle.accelerators),
+                handle.num_nodes,
+                int(handle.use_spot),
+                handle.hourly_cost,
+                handle.to_json(),
+                now,
+                reason,
+                handle.cluster_name,
+            ),
+        )
+
+
+async def set_status(store: Any, name: str, status: str, reason: str = "") -> None:
+    async with store.tx() as db:
+        await db.execute(
+            "UPDATE clusters SET status = ?, status_reason = ?, status_updated_at = ?"
+            " WHERE name = ?",
+            (status, reason, time.time(), name),
+        )
+
+
+async def set_autostop(store: Any, name: str, minutes: int | None, down: bool) -> None:
+    async with store.tx() as db:
+        await db.execute(
+            "UPDATE clusters SET autostop_minutes = ?, autostop_down = ? WHERE name = ?",
+            (minutes, int(down), name),
+        )
+
+
+async def touch(store: Any, name: str) -> None:
+    async with store.tx() as db:
+        await db.execute("UPDATE clusters SET last_use = ? WHERE name = ?", (time.time(), name))
+
+
+async def remove_cluster(store: Any, name: str) -> None:
+    """Delete the row and append its lifetime to cluster_history, in one transaction."""
+    row = await get_cluster(store, name)
+    if row is None:
+        return
+    now = time.time()
+    launched = float(row.get("launched_at") or now)
+    duration = max(0.0, now - launched)
+    cost = float(row.get("hourly_cost") or 0.0) * duration / 3600.0
+    async with store.tx() as db:
+        if row.get("handle"):
+            await db.execute(
+                "INSERT INTO cluster_history (name, cloud, region, zone, instance_type,"
+                " accelerators, num_nodes, use_spot, hourly_cost, launched_at, ended_at,"
+                " duration_s, cost) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name,
+                    row.get("cloud"),
+                    row.get("region"),
+                    row.get("zone"),
+                    row.get("instance_type"),
+                    row.get("accelerators"),
+                    row.get("num_nodes"),
+                    row.get("use_spot"),
+                    row.get("hourly_cost"),
+                    launched,
+                    now,
+                    duration,
+                    cost,
+                ),
+            )
+        await db.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        await db.execute("DELETE FROM cluster_jobs WHERE cluster = ?", (name,))
+
+
+async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> None:
+    """Mirror the agent's job queue rows into cluster_jobs."""
+    if not jobs:
+        return
+    async with store.tx() as db:
+        for j in jobs:
+            await db.execute(
+                "INSERT INTO cluster_jobs (cluster, job_id, name, status, submitted_at,"
+                " started_at, ended_at, exit_code, resources, username, log_path)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(cluster, job_id) DO UPDATE SET name = excluded.name,"
+                " status = excluded.status, started_at = excluded.started_at,"
+                " ended_at = excluded.ended_at, exit_code = excluded.exit_code",
+                (
+                    cluster,
+                    int(j["job_id"]),
+                    j.get("name"),
+                    j.get("status"),
+                    j.get("submitted_at"),
+                    j.get("started_at", j.get("start_at")),
+                    j.get("ended_at", j.get("end_at")),
+                    j.get("exit_code"),
+                    j.get("resources"),
+                    j.get("username"),
+                    j.get("log_path"),
+                ),
+            )
+
+
+async def list_jobs(store: Any, cluster: str) -> list[dict[str, Any]]:
+    rows = await store.fetchall(
+        "SELECT * FROM cluster_jobs WHERE cluster = ? ORDER BY job_id DESC", (cluster,)
+    )
+    return [_row(r) for r in rows]
+
+
+def public_cluster(row: dict[str, Any]) -> dict[str, Any]:
+    """The status view of a cluster row: no handle, no token."""
+    accs = json.loads(row["accelerators"]) if row.get("accelerators") else {}
+    infra = "/".join(p for p in (row.get("cloud"), row.get("region"), row.get("zone")) if p)
+    res = row.get("resources")
+    return {
+        "name": row["name"],
+        "status": row["status"],
+        "status_reason": row.get("status_reason") or "",
+        "infra": infra,
+        "cloud": row.get("cloud"),
+        "region": row.get("region"),
+        "zone": row.get("zone"),
+        "instance_type": row.get("instance_type"),
+        "accelerators": accs,
+        "num_nodes": row.get("num_nodes"),
+        "use_spot": bool(row.get("use_spot")),
+        "hourly_cost": row.get("hourly_cost") or 0.0,
+        "launched_at": row.get("launched_at"),
+        "autostop_minutes": row.get("autostop_minutes"),
+        "autostop_down": bool(row.get("autostop_down")),
+        "last_use": row.get("last_use"),
+        "resources": json.loads(res) if res else None,
+    }

@@ -1,0 +1,98 @@
+"""Following a job on its cluster: stage transitions from its status, its log as events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import ClusterHandle, Provisioner
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline.agents import agent
+
+WAITING = {"INIT", "PENDING"}
+POLL_S = 0.2
+
+
+def _find(queue: list[dict[str, Any]], job_id: int) -> dict[str, Any] | None:
+    for j in queue:
+        if int(j["job_id"]) == job_id:
+            return j
+    return None
+
+
+async def job_row(prov: Provisioner, handle: ClusterHandle, job_id: int) -> dict[str, Any] | None:
+    async with agent(prov, handle, 0) as c:
+        return _find(await c.job_queue(), job_id)
+
+
+async def follow_job(
+    ctx: Any,
+    prov: Provisioner,
+    handle: ClusterHandle,
+    job_id: int,
+    *,
+    with_setup: bool,
+    detach: bool,
+) -> dict[str, Any]:
+    store = ctx.store
+    name = handle.cluster_name
+    result: dict[str, Any] = {"cluster": name, "job_id": job_id}
+    if detach:
+        row = await job_row(prov, handle, job_id)
+        if row:
+            await cdb.upsert_jobs(store, name, [row])
+        result["status"] = row["status"] if row else "PENDING"
+        ctx.log(f"Job {job_id} submitted to {name} (detached). `skyd logs {name} {job_id}` follows it.")
+        return result
+
+    final: dict[str, Any] = {}
+
+    logs_done = anyio.Event()
+
+    async def watch_status() -> None:
+        setup_state = "idle"
+        exec_started = False
+        async with agent(prov, handle, 0) as c:
+            while True:
+                row = _find(await c.job_queue(), job_id)
+                status = row["status"] if row else "PENDING"
+                if with_setup and status == "SETTING_UP" and setup_state == "idle":
+                    await ctx.stage("SETUP", "start")
+                    setup_state = "running"
+                if status not in WAITING and status != "SETTING_UP":
+                    if with_setup and setup_state != "done":
+                        if setup_state == "idle":
+                            await ctx.stage("SETUP", "start")
+                        await ctx.stage("SETUP", "failed" if status == "FAILED_SETUP" else "done")
+                        setup_state = "done"
+                    if not exec_started and status != "FAILED_SETUP":
+                        await ctx.stage("EXEC", "start", job_id=job_id)
+                        exec_started = True
+                if row and status in cdb.TERMINAL_JOB:
+                    final.update(row)
+                    if exec_started:
+                        await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
+                    return
+                await anyio.sleep(POLL_S)
+
+    async def stream_logs() -> None:
+        try:
+            async with agent(prov, handle, 0) as c:
+                async for chunk in c.tail_logs(job_id, follow=True):
+                    ctx.emit({"type": "job_log", "text": chunk.decode("utf-8", "replace")})
+        finally:
+            logs_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stream_logs)
+        await watch_status()
+        # The log stream ends by itself once the job is terminal and drained; bound the wait.
+        with anyio.move_on_after(5):
+            await logs_done.wait()
+        tg.cancel_scope.cancel()
+    await cdb.upsert_jobs(store, name, [final])
+    await cdb.touch(store, name)
+    result.update(status=final.get("status"), exit_code=final.get("exit_code"))
+    return result
+

@@ -1,0 +1,265 @@
+"""`launch` and `exec`: the stage executor.
+
+Every stage transition is recorded on the request (`ctx.stage`), every cluster change in
+SQLite before it is reported. A launch is resumable: if the daemon dies mid-launch, the
+restarted daemon re-runs the handler, which finds the cluster row and the submitted job
+again (kv `launch:<request id>`), so nothing is provisioned or submitted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import ClusterHandle, ProvisionRequest, get_cloud
+from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline import jobwatch, planner
+from skyd.pipeline.backend import WORKDIR, AgentBackend
+from skyd.pipeline.locks import cluster_lock
+from skyd.pipeline.taskload import load_task_from_payload
+
+RETRY_UNTIL_UP_GAP = 30.0
+
+
+def generate_cluster_name() -> str:
+    return f"skyd-{secrets.token_hex(2)}"
+
+
+async def _kv_get(store: Any, key: str) -> dict[str, Any]:
+    r = await store.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
+    return json.loads(r["value"]) if r is not None else {}
+
+
+async def _kv_put(store: Any, key: str, value: dict[str, Any]) -> None:
+    async with store.tx() as db:
+        await db.execute(
+            "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
+            " value = excluded.value",
+            (key, json.dumps(value)),
+        )
+
+
+def _precheck(task: Any, cloud_name: str) -> None:
+    cloud = get_cloud(cloud_name)
+    if "bucket_mounts" in cloud.unsupported:
+        for dst, fm in planner.bucket_mounts(task).items():
+            raise InvalidSpecError(
+                f"bucket mount {fm!r} is not supported on the {cloud_name!r} infra",
+                field=f"file_mounts.{dst}",
+                hint="use a local path, or launch on a cloud (e.g. --infra aws)",
+            )
+
+
+async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
+    """OPTIMIZE + PROVISION with failover over the ranked plan."""
+    store = ctx.store
+    blocked: list[planner.Block] = []
+    gap = RETRY_UNTIL_UP_GAP
+    while True:
+        await ctx.stage("OPTIMIZE", "start")
+        try:
+            choices = await planner.plan_task(task, blocked=blocked, minimize=payload.get("minimize", "cost"))
+        except ResourcesUnavailableError:
+            await ctx.stage("OPTIMIZE", "failed")
+            if not payload.get("retry_until_up") or not blocked:
+                raise
+            ctx.log(f"No launchable resources left; retrying in {gap:.0f}s (--retry-until-up)")
+            await anyio.sleep(gap)
+            gap = min(gap * 2, 600)
+            blocked = []
+            continue
+        first = choices[0]
+        await ctx.stage("OPTIMIZE", "done", choice=first.describe())
+        for choice in choices:
+            _precheck(task, choice.offering.cloud)
+            await ctx.stage("PROVISION", "start", target=choice.describe())
+            await cdb.insert_init(
+                store,
+                name,
+                request_id=ctx.request_id,
+                resources=choice.public(),
+                num_nodes=task.num_nodes,
+            )
+            cloud = get_cloud(choice.offering.cloud)
+            backend = AgentBackend(cloud.provisioner())
+            req = ProvisionRequest(
+                cluster_name=name,
+                num_nodes=task.num_nodes,
+                offering=choice.offering,
+                use_spot=choice.use_spot,
+                token=secrets.token_urlsafe(24),
+            )
+            try:
+                handle = await backend.provision(req, ctx.log)
+            except ResourcesUnavailableError as e:
+                ctx.log(f"Provisioning failed on {choice.describe()}: {e}")
+                await ctx.stage("PROVISION", "failed", error=str(e))
+                blocked.append(planner.block_for(choice, e))
+                try:
+                    await backend.prov.terminate(
+                        ClusterHandle(name, choice.offering.cloud, None, None, None, False, {},
+                                      task.num_nodes, 0.0, [], ""),
+                        ctx.log,
+                    )
+                except Exception:  # noqa: BLE001 - best effort cleanup
+                    pass
+                await cdb.remove_cluster(store, name)
+                if e.no_failover:
+                    raise
+                continue
+            await cdb.save_handle(store, handle, cdb.UP)
+            await ctx.stage("PROVISION", "done", infra=choice.describe())
+            return handle
+        # Every ranked choice failed: re-solve with the blocks.
+        ctx.log(f"All {len(choices)} candidates failed; re-planning with them blocked")
+
+
+def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
+    envs = {k: v for k, v in (task.envs or {}).items() if v is not None}
+    for k, v in (getattr(task, "secrets", None) or {}).items():
+        if v is not None:
+            envs[k] = str(v)
+    res = task.resources[0] if task.resources else None
+    gpus = 0
+    if res is not None and res.accelerators:
+        gpus = math.ceil(float(next(iter(res.accelerators.values()))))
+    return {
+        "name": task.name or name,
+        "setup": (task.setup or "") if with_setup else "",
+        "run": task.run or "",
+        "envs": envs,
+        "workdir": WORKDIR,
+        "gpus": gpus,
+        "cpus": planner.cpu_demand(res),
+        "task_id": "",  # the agent fills in SkyPilot's sky-<ts>_<cluster>_<id> form
+    }
+
+
+async def submit_and_follow(
+    ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str
+) -> dict[str, Any]:
+    """SETUP + EXEC: submit once (recorded in kv before reporting), then follow."""
+    store = ctx.store
+    prov = get_cloud(handle.cloud).provisioner()
+    backend = AgentBackend(prov)
+    state = await _kv_get(store, kv_key)
+    job_id = state.get("job_id")
+    if job_id is None:
+        spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name)
+        job_id = await backend.execute(handle, spec)
+        await _kv_put(store, kv_key, {**state, "job_id": job_id})
+    await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})
+    ctx.emit({"type": "job_submitted", "cluster": handle.cluster_name, "job_id": job_id})
+    await cdb.touch(store, handle.cluster_name)
+    return await jobwatch.follow_job(
+        ctx, prov, handle, int(job_id), with_setup=with_setup and bool(task.setup), detach=detach
+    )
+
+
+async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    task = await load_task_from_payload(payload)
+    for w in task.validate():
+        ctx.log(f"warning: {w}")
+    if payload.get("dryrun"):
+        return await planner.dryrun(task, minimize=payload.get("minimize", "cost"))
+    store = ctx.store
+    kv_key = f"launch:{ctx.request_id}"
+    state = await _kv_get(store, kv_key)
+    name = payload.get("cluster_name") or state.get("cluster") or generate_cluster_name()
+    if "cluster" not in state:
+        await _kv_put(store, kv_key, {"cluster": name})
+    await ctx.set_result_partial({"cluster": name, "cluster_name": name})
+    async with cluster_lock(name):
+        row = await cdb.get_cluster(store, name)
+        handle = cdb.handle_of(row) if row else None
+        if row and handle and row["status"] == cdb.UP:
+            planner.check_fits(task, handle)
+            await ctx.stage("OPTIMIZE", "skipped", reason=f"reusing cluster {name}")
+            await ctx.stage("PROVISION", "skipped", reason=f"cluster {name} is UP")
+        elif row and handle and row["status"] == cdb.STOPPED:
+            planner.check_fits(task, handle)
+            await ctx.stage("PROVISION", "start", target=f"restart {name}")
+            prov = get_cloud(handle.cloud).provisioner()
+            handle = await prov.start(handle, ctx.log)
+            await cdb.save_handle(store, handle, cdb.UP)
+            await ctx.stage("PROVISION", "done")
+        else:
+            handle = await _provision(ctx, task, name, payload)
+        prov = get_cloud(handle.cloud).provisioner()
+        handle = await prov.ensure_agents(handle, ctx.log)
+        backend = AgentBackend(prov)
+        if task.workdir:
+            await ctx.stage("SYNC_WORKDIR", "start")
+            await backend.sync_workdir(handle, planner.workdir_path(task), ctx.log)
+            await ctx.stage("SYNC_WORKDIR", "done")
+        else:
+            await ctx.stage("SYNC_WORKDIR", "skipped")
+        mounts = planner.local_mounts(task)
+        if mounts:
+            await ctx.stage("SYNC_FILE_MOUNTS", "start")
+            await backend.sync_file_mounts(handle, mounts, ctx.log)
+            await ctx.stage("SYNC_FILE_MOUNTS", "done")
+        else:
+            await ctx.stage("SYNC_FILE_MOUNTS", "skipped")
+        idle = payload.get("idle_minutes")
+        down = bool(payload.get("down"))
+        if idle is not None or down or planner.task_autostop(task) is not None:
+            await apply_autostop(ctx, handle, idle, down, task)
+    with_setup = not payload.get("no_setup")
+    result = await submit_and_follow(
+        ctx, handle, task, with_setup=with_setup, detach=bool(payload.get("detach_run")),
+        kv_key=kv_key,
+    )
+    if down and not payload.get("detach_run"):
+        from skyd.pipeline.lifecycle import down_cluster
+
+        await ctx.stage("DOWN", "start")
+        await down_cluster(ctx, name)
+        await ctx.stage("DOWN", "done")
+    return result
+
+
+async def apply_autostop(
+    ctx: Any, handle: ClusterHandle, idle: int | None, down: bool, task: Any = None
+) -> None:
+    from skyd.pipeline.agents import agent
+
+    if idle is None and task is not None:
+        auto = planner.task_autostop(task)
+        if auto is not None:
+            idle, down = auto
+    if idle is None:
+        idle = 0 if down else 5  # SkyPilot: --down alone tears down right after the jobs
+    prov = get_cloud(handle.cloud).provisioner()
+    async with agent(prov, handle, 0) as c:
+        await c.set_autostop(int(idle), down)
+    await cdb.set_autostop(ctx.store, handle.cluster_name, int(idle), down)
+    ctx.log(f"Autostop: {'down' if down else 'stop'} after {idle} idle minute(s)")
+
+
+async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    name = payload["cluster_name"]
+    store = ctx.store
+    row = await cdb.require_cluster(store, name)
+    handle = cdb.handle_of(row)
+    if row["status"] != cdb.UP or handle is None:
+        raise ClusterStateError(
+            f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first"
+        )
+    task = await load_task_from_payload(payload)
+    planner.check_fits(task, handle)
+    prov = get_cloud(handle.cloud).provisioner()
+    backend = AgentBackend(prov)
+    if task.workdir:
+        await ctx.stage("SYNC_WORKDIR", "start")
+        await backend.sync_workdir(handle, planner.workdir_path(task), ctx.log)
+        await ctx.stage("SYNC_WORKDIR", "done")
+    return await submit_and_follow(
+        ctx, handle, task, with_setup=False, detach=bool(payload.get("detach_run")),
+        kv_key=f"exec:{ctx.request_id}",
+    )

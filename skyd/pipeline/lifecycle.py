@@ -1,0 +1,202 @@
+"""stop / start / down / autostop / cancel / refresh of clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import (
+    NODE_PREEMPTED,
+    NODE_RUNNING,
+    NODE_STOPPED,
+    NODE_TERMINATED,
+    get_cloud,
+)
+from skyd.errors import ClusterStateError, NotFoundError
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline.agents import agent, agent_healthy
+from skyd.pipeline.locks import cluster_lock
+
+
+def _noop(_: str) -> None:
+    return None
+
+
+async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
+    store = ctx.store
+    row = await cdb.require_cluster(store, name)
+    handle = cdb.handle_of(row)
+    if handle is not None:
+        await get_cloud(handle.cloud).provisioner().terminate(handle, ctx.log)
+    else:
+        # Never got a handle (failed mid-provision): sweep whatever the local infra left.
+        import shutil
+
+        from skyd.clouds.local import LocalProvisioner
+
+        cdir = LocalProvisioner().cluster_dir(name)
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
+    await cdb.remove_cluster(store, name)
+    ctx.log(f"Cluster {name} terminated.")
+    return {"cluster": name, "status": "TERMINATED"}
+
+
+async def run_down(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    names = await _targets(ctx.store, payload)
+    done = []
+    for name in names:
+        async with cluster_lock(name):
+            await ctx.stage(f"DOWN {name}", "start")
+            await down_cluster(ctx, name)
+            await ctx.stage(f"DOWN {name}", "done")
+            done.append(name)
+    return {"clusters": done}
+
+
+async def run_stop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    names = await _targets(ctx.store, payload)
+    done = []
+    for name in names:
+        async with cluster_lock(name):
+            row = await cdb.require_cluster(ctx.store, name)
+            handle = cdb.handle_of(row)
+            if handle is None:
+                raise ClusterStateError(f"cluster {name!r} is still provisioning", hint="wait, or `skyd down` it")
+            if row["status"] == cdb.STOPPED:
+                ctx.log(f"Cluster {name} is already stopped.")
+                continue
+            await ctx.stage(f"STOP {name}", "start")
+            await get_cloud(handle.cloud).provisioner().stop(handle, ctx.log)
+            await cdb.set_status(ctx.store, name, cdb.STOPPED, "stopped by user")
+            await ctx.stage(f"STOP {name}", "done")
+            done.append(name)
+    return {"clusters": done}
+
+
+async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    names = await _targets(ctx.store, payload)
+    done = []
+    for name in names:
+        async with cluster_lock(name):
+            row = await cdb.require_cluster(ctx.store, name)
+            handle = cdb.handle_of(row)
+            if handle is None:
+                raise ClusterStateError(f"cluster {name!r} has no nodes yet", hint=f"`skyd down {name}` and launch again")
+            if row["status"] == cdb.UP and await agent_healthy(get_cloud(handle.cloud).provisioner(), handle):
+                ctx.log(f"Cluster {name} is already UP.")
+                continue
+            await ctx.stage(f"START {name}", "start")
+            handle = await get_cloud(handle.cloud).provisioner().start(handle, ctx.log)
+            await cdb.save_handle(ctx.store, handle, cdb.UP)
+            if row.get("autostop_minutes") is not None:
+                async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
+                    await c.set_autostop(int(row["autostop_minutes"]), bool(row.get("autostop_down")))
+            await ctx.stage(f"START {name}", "done")
+            done.append(name)
+    return {"clusters": done}
+
+
+async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    names = await _targets(ctx.store, payload)
+    cancel = bool(payload.get("cancel"))
+    minutes = -1 if cancel else int(payload.get("idle_minutes") if payload.get("idle_minutes") is not None else 5)
+    down = bool(payload.get("down"))
+    for name in names:
+        row = await cdb.require_cluster(ctx.store, name)
+        handle = cdb.handle_of(row)
+        if handle is None or row["status"] != cdb.UP:
+            raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first")
+        async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
+            await c.set_autostop(minutes, down)
+        await cdb.set_autostop(ctx.store, name, None if cancel else minutes, down)
+        ctx.log(
+            f"Autostop cancelled for {name}."
+            if cancel
+            else f"{name}: {'down' if down else 'stop'} after {minutes} idle minute(s)."
+        )
+    return {"clusters": names, "idle_minutes": None if cancel else minutes, "down": down}
+
+
+async def run_cancel(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    name = payload["cluster_name"]
+    row = await cdb.require_cluster(ctx.store, name)
+    handle = cdb.handle_of(row)
+    if handle is None or row["status"] != cdb.UP:
+        raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint="nothing runs on it")
+    ids = payload.get("job_ids") or []
+    prov = get_cloud(handle.cloud).provisioner()
+    async with agent(prov, handle) as c:
+        if not payload.get("all") and ids:
+            known = {int(j["job_id"]) for j in await c.job_queue()}
+            missing = [i for i in ids if int(i) not in known]
+            if missing:
+                raise NotFoundError(
+                    f"job(s) {', '.join(map(str, missing))} not found on cluster {name!r}",
+                    hint=f"`skyd queue {name}` lists its jobs",
+                )
+        cancelled = await c.cancel_jobs(None if payload.get("all") else [int(i) for i in ids])
+        await cdb.upsert_jobs(ctx.store, name, await c.job_queue())
+    ctx.log(f"Cancelled job(s) {', '.join(map(str, cancelled)) or 'none'} on {name}.")
+    return {"cluster": name, "cancelled": cancelled}
+
+
+async def _targets(store: Any, payload: dict[str, Any]) -> list[str]:
+    if payload.get("all"):
+        return [r["name"] for r in await store.fetchall("SELECT name FROM clusters ORDER BY name")]
+    names = list(payload.get("clusters") or ([payload["cluster_name"]] if payload.get("cluster_name") else []))
+    if not names:
+        raise NotFoundError("no cluster named", hint="give cluster names or -a for all")
+    for n in names:
+        await cdb.require_cluster(store, n)
+    return names
+
+
+async def refresh_cluster(store: Any, name: str, *, repair: bool) -> dict[str, Any] | None:
+    """Ask the provider and the agents what the cluster really is; update the row.
+
+    INIT (unhealthy) when a node's agent does not answer; `repair` restarts such agents
+    (`status -r`). A cluster the provider reports gone is removed (history kept); an agent
+    that stopped itself (autostop) shows STOPPED, or is torn down when autostop said down.
+    """
+    row = await cdb.get_cluster(store, name)
+    if row is None:
+        return None
+    handle = cdb.handle_of(row)
+    if handle is None:
+        return row
+    prov = get_cloud(handle.cloud).provisioner()
+    states = await prov.query(handle)
+    if all(s in (NODE_TERMINATED, NODE_PREEMPTED) for s in states):
+        await cdb.remove_cluster(store, name)
+        return None
+    if any(s == NODE_STOPPED for s in states):
+        if row.get("autostop_down"):
+            await prov.terminate(handle, _noop)
+            await cdb.remove_cluster(store, name)
+            return None
+        if row["status"] != cdb.STOPPED:
+            await cdb.set_status(store, name, cdb.STOPPED, "autostopped")
+        return await cdb.get_cluster(store, name)
+    if all(s == NODE_RUNNING for s in states):
+        handle = await prov.ensure_agents(handle, _noop)
+        if await agent_healthy(prov, handle):
+            await cdb.save_handle(store, handle, cdb.UP)
+            try:
+                async with agent(prov, handle) as c:
+                    await cdb.upsert_jobs(store, name, await c.job_queue())
+            except Exception:  # noqa: BLE001 - the mirror is best effort
+                pass
+            return await cdb.get_cluster(store, name)
+    if repair and row["status"] != cdb.STOPPED:
+        try:
+            handle = await prov.ensure_agents(handle, _noop)
+            if await agent_healthy(prov, handle):
+                await cdb.save_handle(store, handle, cdb.UP)
+                return await cdb.get_cluster(store, name)
+        except Exception as e:  # noqa: BLE001 - report unhealthy below
+            await cdb.set_status(store, name, cdb.INIT, f"unhealthy: {e}")
+            return await cdb.get_cluster(store, name)
+    if row["status"] == cdb.UP:
+        await cdb.set_status(store, name, cdb.INIT, "unhealthy: node agent not answering")
+    return await cdb.get_cluster(store, name)

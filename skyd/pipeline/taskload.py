@@ -1,0 +1,63 @@
+"""Turn a request payload (YAML text or an inline command, envs, CLI overrides) into a Task.
+
+The CLI sends the YAML text with the directory it came from, so relative paths resolve the
+way the user wrote them; parsing happens here in the daemon with the same code `skyd
+validate` uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skyd.errors import InvalidSpecError
+
+OVERRIDE_KEYS = (
+    "gpus",
+    "cpus",
+    "memory",
+    "infra",
+    "instance_type",
+    "use_spot",
+    "num_nodes",
+    "workdir",
+    "disk_size",
+    "image_id",
+    "ports",
+    "name",
+    "job_recovery",
+)
+
+
+def load_dag_from_payload(payload: dict[str, Any]) -> Any:
+    from skyd.models import load_dag
+
+    env = dict(payload.get("env") or {})
+    base_dir = Path(payload.get("base_dir") or ".")
+    text = payload.get("yaml")
+    command = payload.get("command")
+    if text is None and command is None:
+        raise InvalidSpecError("nothing to run", hint="give a task YAML or a command")
+    if text is None:
+        import yaml
+
+        text = yaml.safe_dump({"run": command})
+    source = payload.get("yaml_path") or "<inline>"
+    return load_dag(source, text=text, env_overrides=env, base_dir=base_dir)
+
+
+def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:
+    if not overrides:
+        return task
+    kw = {k: v for k, v in overrides.items() if k in OVERRIDE_KEYS and v is not None}
+    return task.with_overrides(**kw) if kw else task
+
+
+async def load_task_from_payload(payload: dict[str, Any]) -> Any:
+    dag = load_dag_from_payload(payload)
+    if len(dag.tasks) != 1:
+        raise InvalidSpecError(
+            f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
+            hint="run pipelines with `skyd jobs launch`",
+        )
+    return apply_overrides(dag.tasks[0], payload.get("overrides"))

@@ -1,0 +1,156 @@
+"""The cluster verbs and reads, registered with the daemon (see skyd.daemon.plugins).
+
+Verbs (requests): launch (resumable), exec, stop, start, down, autostop, cancel.
+Reads: queue, job logs (a raw byte stream), status refresh, cost-report.
+A background task refreshes cluster state every REFRESH_S (autostop, dead agents).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import get_cloud
+from skyd.daemon.registry import on_startup, register_read, register_verb
+from skyd.errors import ClusterStateError, NotFoundError
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline import launch, lifecycle
+from skyd.pipeline.agents import agent
+
+REFRESH_S = 10.0
+
+
+async def _queue(ctx: Any, request: Any) -> Any:
+    name = request.match_info["cluster"]
+    row = await cdb.require_cluster(ctx.store, name)
+    handle = cdb.handle_of(row)
+    stale = True
+    if handle is not None and row["status"] == cdb.UP:
+        try:
+            with anyio.fail_after(5):
+                async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
+                    await cdb.upsert_jobs(ctx.store, name, await c.job_queue())
+            stale = False
+        except Exception:  # noqa: BLE001 - fall back to the mirror
+            stale = True
+    jobs = await cdb.list_jobs(ctx.store, name)
+    if request.query.get("skip_finished") in ("1", "true"):
+        jobs = [j for j in jobs if j["status"] not in cdb.TERMINAL_JOB]
+    return {"cluster": name, "status": row["status"], "stale": stale, "jobs": jobs}
+
+
+async def _logs(ctx: Any, request: Any) -> Any:
+    from aiohttp import web
+
+    name = request.match_info["cluster"]
+    row = await cdb.require_cluster(ctx.store, name)
+    handle = cdb.handle_of(row)
+    if handle is None or row["status"] != cdb.UP:
+        raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}`")
+    prov = get_cloud(handle.cloud).provisioner()
+    q = request.query
+    follow = q.get("follow", "1") in ("1", "true")
+    tail = int(q.get("tail", "0") or 0)
+    node = q.get("node")
+    async with agent(prov, handle) as c:
+        queue = await c.job_queue()
+        if not queue:
+            raise NotFoundError(f"cluster {name!r} has no jobs", hint=f"`skyd exec {name} ...`")
+        raw = request.match_info.get("job_id") or q.get("job_id")
+        job_id = int(raw) if raw else max(int(j["job_id"]) for j in queue)
+        job = next((j for j in queue if int(j["job_id"]) == job_id), None)
+        if job is None:
+            raise NotFoundError(
+                f"job {job_id} not found on cluster {name!r}",
+                hint=f"`skyd queue {name}` lists its jobs",
+            )
+        if q.get("status_only") in ("1", "true"):
+            return {"cluster": name, "job_id": job_id, "status": job["status"],
+                    "exit_code": job.get("exit_code")}
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                           "X-Skyd-Job-Id": str(job_id)})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        kw: dict[str, Any] = {"follow": follow, "tail": tail}
+        if node is not None:
+            kw["node"] = int(node)
+        async for chunk in c.tail_logs(job_id, **kw):
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+
+
+async def _refresh(ctx: Any, request: Any) -> Any:
+    body = ctx.body or {}
+    names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
+    out = []
+    for name in names:
+        row = await lifecycle.refresh_cluster(ctx.store, name, repair=True)
+        if row is not None:
+            out.append(cdb.public_cluster(row))
+    return out
+
+
+async def _cost_report(ctx: Any, request: Any) -> Any:
+    now = time.time()
+    rows = []
+    for r in await ctx.store.fetchall("SELECT * FROM clusters"):
+        r = dict(r)
+        dur = max(0.0, now - float(r.get("launched_at") or now))
+        rows.append(
+            {"name": r["name"], "status": r["status"], "cloud": r.get("cloud"),
+             "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
+             "duration_s": dur, "cost": (r.get("hourly_cost") or 0.0) * dur / 3600.0}
+        )
+    for r in await ctx.store.fetchall("SELECT * FROM cluster_history ORDER BY ended_at DESC"):
+        r = dict(r)
+        rows.append(
+            {"name": r["name"], "status": "TERMINATED", "cloud": r.get("cloud"),
+             "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
+             "duration_s": r.get("duration_s") or 0.0, "cost": r.get("cost") or 0.0}
+        )
+    return {"clusters": rows, "total_cost": sum(r["cost"] for r in rows)}
+
+
+async def _refresher(daemon: Any) -> None:
+    """Keeps cluster rows honest: autostopped nodes, dead agents, vanished instances."""
+    while True:
+        await anyio.sleep(REFRESH_S)
+        for r in await daemon.store.fetchall("SELECT name, status FROM clusters"):
+            if r["status"] == cdb.INIT and r["name"] in _busy():
+                continue
+            try:
+                await lifecycle.refresh_cluster(daemon.store, r["name"], repair=False)
+            except Exception:  # noqa: BLE001 - next round tries again
+                pass
+
+
+def _busy() -> set[str]:
+    from skyd.pipeline.locks import _LOCKS
+
+    return {n for n, lock in _LOCKS.items() if lock.locked()}
+
+
+async def _startup(daemon: Any) -> None:
+    daemon.spawn("cluster-refresher", _refresher, daemon)
+
+
+def _register() -> None:
+    register_verb("launch", launch.run_launch, resumable=True, summary="Launch a task on a cluster")
+    register_verb("exec", launch.run_exec, summary="Run a task on an existing cluster")
+    register_verb("stop", lifecycle.run_stop, summary="Stop clusters")
+    register_verb("start", lifecycle.run_start, summary="Start stopped clusters")
+    register_verb("down", lifecycle.run_down, summary="Tear down clusters")
+    register_verb("autostop", lifecycle.run_autostop, summary="Set or cancel autostop")
+    register_verb("cancel", lifecycle.run_cancel, summary="Cancel jobs on a cluster")
+    register_read("GET", "/v1/clusters/{cluster}/queue", _queue, summary="Jobs on a cluster")
+    register_read("GET", "/v1/clusters/{cluster}/logs", _logs, summary="Latest job's log stream")
+    register_read("GET", "/v1/clusters/{cluster}/jobs/{job_id}/logs", _logs, summary="A job's log")
+    register_read("POST", "/v1/status/refresh", _refresh, summary="Refresh clusters from agents")
+    register_read("GET", "/v1/cost-report", _cost_report, summary="Cost of clusters")
+    on_startup(_startup)
+
+
+_register()
