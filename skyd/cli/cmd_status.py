@@ -12,6 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("status", help="show clusters",
                        description="Show clusters known to skyd (from its state; no refresh).")
     p.add_argument("clusters", nargs="*", metavar="CLUSTER", help="only these clusters")
+    p.add_argument("-r", "--refresh", action="store_true",
+                   help="ask the node agents and providers first (restarts dead agents)")
     add_output_flag(p)
     p.set_defaults(func=run)
 
@@ -46,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
 
     params = {"name": args.clusters} if args.clusters else None
-    rows = get_client().get("/v1/status", params)
+    client = get_client()
+    if args.refresh:
+        client.post("/v1/status/refresh", {"clusters": args.clusters or None})
+    rows = client.get("/v1/status", params)
     if args.output == "json":
         from skyd.cli.output import print_json
 

@@ -23,5 +23,6 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_completion",
     "skyd.cli.cmd_launch",
     "skyd.cli.cmd_cluster",
+    "skyd.cli.cmd_gpus",
     "skyd.clouds.ssh.cli",
 ]

@@ -8,12 +8,27 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from skyd.clouds.base import ClusterHandle
 from skyd.errors import NotFoundError
 
 INIT, UP, STOPPED = "INIT", "UP", "STOPPED"
+
+# Set by the daemon plugin at start: publishes state changes on the daemon's event bus
+# (topics "clusters" and "jobs"), which `GET /v1/watch` streams to the TUI.
+_publish: Callable[[str, dict[str, Any]], None] | None = None
+
+
+def set_publisher(fn: Callable[[str, dict[str, Any]], None] | None) -> None:
+    global _publish
+    _publish = fn
+
+
+def _changed(topic: str, data: dict[str, Any]) -> None:
+    if _publish is not None:
+        _publish(topic, data)
 TERMINAL_JOB = {"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"}
 
 
@@ -55,6 +70,7 @@ async def insert_init(
             " request_id = excluded.request_id, status_updated_at = excluded.status_updated_at",
             (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now),
         )
+    _changed("clusters", {"name": name, "status": INIT})
 
 
 async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: str = "") -> None:
@@ -80,6 +96,7 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
                 handle.cluster_name,
             ),
         )
+    _changed("clusters", {"name": handle.cluster_name, "status": status})
 
 
 async def set_status(store: Any, name: str, status: str, reason: str = "") -> None:
@@ -89,14 +106,16 @@ async def set_status(store: Any, name: str, status: str, reason: str = "") -> No
             " WHERE name = ?",
             (status, reason, time.time(), name),
         )
+    _changed("clusters", {"name": name, "status": status})
 
 
-async def set_autostop(store: Any, name: str, minutes: int | None, down: bool) -> None:
+async def set_autostop(store: Any, name: str, minutes: float | None, down: bool) -> None:
     async with store.tx() as db:
         await db.execute(
             "UPDATE clusters SET autostop_minutes = ?, autostop_down = ? WHERE name = ?",
             (minutes, int(down), name),
         )
+    _changed("clusters", {"name": name, "autostop_minutes": minutes})
 
 
 async def touch(store: Any, name: str) -> None:
@@ -137,6 +156,7 @@ async def remove_cluster(store: Any, name: str) -> None:
             )
         await db.execute("DELETE FROM clusters WHERE name = ?", (name,))
         await db.execute("DELETE FROM cluster_jobs WHERE cluster = ?", (name,))
+    _changed("clusters", {"name": name, "status": "TERMINATED"})
 
 
 async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> None:
@@ -166,6 +186,7 @@ async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> N
                     j.get("log_path"),
                 ),
             )
+    _changed("jobs", {"cluster": cluster, "jobs": [(j["job_id"], j.get("status")) for j in jobs]})
 
 
 async def list_jobs(store: Any, cluster: str) -> list[dict[str, Any]]:

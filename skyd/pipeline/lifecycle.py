@@ -91,7 +91,7 @@ async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             await cdb.save_handle(ctx.store, handle, cdb.UP)
             if row.get("autostop_minutes") is not None:
                 async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
-                    await c.set_autostop(int(row["autostop_minutes"]), bool(row.get("autostop_down")))
+                    await c.set_autostop(float(row["autostop_minutes"]), bool(row.get("autostop_down")))
             await ctx.stage(f"START {name}", "done")
             done.append(name)
     return {"clusters": done}
@@ -100,7 +100,8 @@ async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
 async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     names = await _targets(ctx.store, payload)
     cancel = bool(payload.get("cancel"))
-    minutes = -1 if cancel else int(payload.get("idle_minutes") if payload.get("idle_minutes") is not None else 5)
+    raw = payload.get("idle_minutes")
+    minutes: float = -1 if cancel else float(raw if raw is not None else 5)
     down = bool(payload.get("down"))
     for name in names:
         row = await cdb.require_cluster(ctx.store, name)

@@ -134,6 +134,7 @@ def _busy() -> set[str]:
 
 
 async def _startup(daemon: Any) -> None:
+    cdb.set_publisher(daemon.bus.publish)
     daemon.spawn("cluster-refresher", _refresher, daemon)
 
 

@@ -129,10 +129,22 @@ def _source_rows(req: ResourceRequest, cat: Catalog) -> tuple[Sequence[Offering]
         return rows, None
     if req.cpus is None and req.memory_gib is None:
         rows = [o for o in cat.cpu_only(DEFAULT_CPUS) if o.memory_gib >= DEFAULT_MEM_PER_CPU * o.vcpus]
+        # Dynamic infras (local, ssh hosts, k8s nodes) have no "default instance type":
+        # any node of theirs runs a task that asks for nothing in particular.
+        rows += [o for c in _dynamic_clouds(cat) for o in cat.by_cloud(c)]
         return rows, None if rows else "no CPU-only instance with 8+ vCPUs and 4+ GiB per vCPU"
     if req.cpus is not None:
         return cat.cpu_only(req.cpus, exact=not req.cpus_plus), None
     return cat.cpu_only(0.0), None
+
+
+def _dynamic_clouds(cat: Catalog) -> list[str]:
+    out = []
+    for c in cat.clouds:
+        src = cat.source(c)
+        if src is not None and src.kind == "dynamic":
+            out.append(c)
+    return out
 
 
 def _unknown_type(it: str, cat: Catalog) -> str:

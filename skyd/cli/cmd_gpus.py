@@ -1,0 +1,97 @@
+"""skyd show-gpus / skyd gpus list / skyd catalog refresh.
+
+Answered in the CLI process from the catalogs (no daemon needed): loading and indexing
+the bundled catalogs takes ~15 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from skyd.cli.output import add_output_flag
+
+
+def _add_list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("accelerator", nargs="?", metavar="NAME[:COUNT]",
+                   help="e.g. MI300X or H100:8 (default: every accelerator)")
+    p.add_argument("--infra", "--cloud", dest="infra", help="only this cloud")
+    p.add_argument("-a", "--all-regions", action="store_true",
+                   help="every region (default: the cheapest per cloud)")
+    add_output_flag(p)
+    p.set_defaults(func=run_list)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    sg = sub.add_parser("show-gpus", help="accelerators, where they are offered and prices")
+    _add_list_args(sg)
+    g = sub.add_parser("gpus", help="accelerator catalog (gpus list)")
+    gsub = g.add_subparsers(dest="gpus_cmd", required=True)
+    _add_list_args(gsub.add_parser("list", help="same as show-gpus"))
+    c = sub.add_parser("catalog", help="catalog maintenance")
+    csub = c.add_subparsers(dest="catalog_cmd", required=True)
+    r = csub.add_parser("refresh", help="fetch a cloud's current prices (where a fetcher exists)")
+    r.add_argument("cloud", nargs="?", help="one cloud (default: every cloud with a fetcher)")
+    r.set_defaults(func=run_refresh)
+
+
+def _enabled(cat: Any) -> set[str]:
+    import skyd.clouds.local  # noqa: F401 - registers local
+    from skyd.clouds.base import registered_clouds
+
+    return set(cat.enabled) | ({"local"} & set(registered_clouds()))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from skyd.clouds.catalog import load_catalog
+    from skyd.solver import gpu_listing
+
+    name, count = None, None
+    if args.accelerator:
+        name, _, cnt = args.accelerator.partition(":")
+        count = float(cnt) if cnt else None
+    cat = load_catalog()
+    rows = gpu_listing(cat, name, count, cloud=args.infra, all_regions=args.all_regions,
+                       enabled=_enabled(cat))
+    if args.output == "json":
+        from skyd.cli.output import print_json
+
+        print_json(rows)
+        return 0
+    from skyd.cli.output import duration, print_table
+
+    def price(v: Any) -> str:
+        return "-" if v in (None, "") else f"$ {float(v):.2f}"
+
+    def cloud(r: dict[str, Any]) -> str:
+        mark = "" if r.get("enabled") else " *"
+        return f"{r['cloud']}{mark}"
+
+    print_table(rows, [
+        ("GPU", "accelerator"), ("QTY", lambda r: f"{float(r['count']):g}"), ("CLOUD", cloud),
+        ("INSTANCE_TYPE", "instance_type"), ("vCPUs", lambda r: f"{float(r['vcpus']):g}" if r.get("vcpus") else "-"),
+        ("HOST_MEMORY", lambda r: f"{float(r['memory_gib']):g}GB" if r.get("memory_gib") else "-"),
+        ("HOURLY_PRICE", lambda r: price(r.get("price"))),
+        ("HOURLY_SPOT_PRICE", lambda r: price(r.get("spot_price"))), ("REGION", "region"),
+    ], empty="No accelerators match.")
+    ages = {r["cloud"]: r.get("catalog_age_s") for r in rows}
+    stale = ", ".join(f"{c} {duration(a)}" for c, a in sorted(ages.items()) if a)
+    print("\n* not enabled for launching (catalog only, or no credentials)."
+          + (f"\nCatalog age: {stale}." if stale else ""))
+    return 0
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    import anyio
+
+    from skyd.clouds.catalog_refresh import catalog_fetchers, refresh_catalog
+    from skyd.errors import NotFoundError
+
+    clouds = [args.cloud] if args.cloud else sorted(catalog_fetchers())
+    if not clouds:
+        raise NotFoundError("no catalog fetchers are registered in this build",
+                            hint="the bundled catalogs are used; provider modules add fetchers")
+    for c in clouds:
+        path = anyio.run(refresh_catalog, c)
+        print(f"{c}: wrote {path}")
+    return 0
