@@ -148,3 +148,11 @@ def test_normalize_device_name(raw: str, want: str) -> None:
 @pytest.mark.parametrize("raw", ["", "   ", "Intel(R) UHD Graphics 630", "llvmpipe", "NVIDIA"])
 def test_normalize_device_name_unknown(raw: str) -> None:
     assert normalize_device_name(raw) is None
+
+
+def test_flow_mapping_without_spaces_is_an_any_of_set() -> None:
+    from skyd.models import load_task
+
+    task = load_task("t.yaml", text="resources:\n  accelerators: {A100:8, H100:8}\n")
+    assert [r.accelerators for r in task.resources] == [{"A100": 8}, {"H100": 8}]
+    assert not task.resources_ordered

@@ -268,6 +268,11 @@ def expand_accelerators(
             raise InvalidSpecError("empty accelerator set", field=field)
         opts = []
         for k, v in value.items():
+            if v is None and ":" in str(k):
+                # `{A100:8, H100:8}` in YAML flow style (no space after the colon) parses
+                # as keys "A100:8" with null values: read each key as a spec.
+                opts.extend(_expand_string(str(k), f"{field}.{k}"))
+                continue
             name = canonical_accelerator(str(k), field=f"{field}.{k}")
             opts.append((name, _parse_count(v, {k: v}, f"{field}.{k}")))
         return _dedupe(opts), False
