@@ -25,4 +25,5 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_cluster",
     "skyd.cli.cmd_gpus",
     "skyd.clouds.ssh.cli",
+    "skyd.jobs.cli",
 ]

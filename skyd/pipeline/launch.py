@@ -58,7 +58,7 @@ def _precheck(task: Any, cloud_name: str) -> None:
 async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
     """OPTIMIZE + PROVISION with failover over the ranked plan."""
     store = ctx.store
-    blocked: list[planner.Block] = []
+    blocked: list[planner.Block] = list(payload.get("blocked") or [])
     gap = RETRY_UNTIL_UP_GAP
     while True:
         await ctx.stage("OPTIMIZE", "start")

@@ -1,0 +1,178 @@
+"""`skyd jobs launch | queue | cancel | logs` (a CLI command module: see skyd.cli.commands).
+
+Only argparse/json/sys at import; the client and helpers are imported in the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("jobs", help="managed jobs: recover from preemption, run pipelines",
+                       description="Managed jobs run on their own clusters, are relaunched after "
+                                   "preemption, and clean up after themselves.")  # fmt: skip
+    js = p.add_subparsers(dest="jobs_cmd", metavar="SUBCOMMAND")
+    p.set_defaults(func=run_queue, output="table", skip_finished=False, status=None)
+
+    la = js.add_parser("launch", help="launch a managed job (a multi-document YAML is a pipeline)")
+    la.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND")
+    la.add_argument("-n", "--name", help="job name (default: the task's name)")
+    la.add_argument("--job-recovery", metavar="STRATEGY",
+                    help="recovery strategy: EAGER_NEXT_REGION (default), FAILOVER, or none")  # fmt: skip
+    la.add_argument("--retry-until-up", action="store_true",
+                    help="keep retrying when nothing is launchable (else FAILED_NO_RESOURCE)")  # fmt: skip
+    la.add_argument("--priority", type=int, default=0, help="higher launches first (default 0)")
+    la.add_argument("-d", "--detach-run", action="store_true", help="do not follow the logs")
+    la.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    la.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
+    la.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    la.set_defaults(func=run_launch)
+
+    q = js.add_parser("queue", help="list managed jobs")
+    q.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    q.add_argument("--skip-finished", action="store_true", help="hide jobs that have ended")
+    q.add_argument("-s", "--status", action="append", metavar="STATUS", help="only this status")
+    q.set_defaults(func=run_queue)
+
+    c = js.add_parser("cancel", help="cancel managed jobs")
+    c.add_argument("ids", nargs="*", type=int, metavar="ID")
+    c.add_argument("-n", "--name", help="cancel the jobs with this name")
+    c.add_argument("-a", "--all", action="store_true", help="cancel every active job")
+    c.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    c.set_defaults(func=run_cancel)
+
+    lg = js.add_parser("logs", help="print a managed job's output")
+    lg.add_argument("id", type=int, metavar="ID")
+    lg.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    lg.add_argument("--controller", action="store_true", help="the controller's log instead")
+    lg.set_defaults(func=run_logs)
+
+
+def _envs(items: list[str]) -> dict[str, str]:
+    import os
+
+    from skyd.errors import InvalidSpecError
+
+    out: dict[str, str] = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not k:
+            raise InvalidSpecError(f"--env {item!r}: empty name", field="--env")
+        if not eq:
+            if k not in os.environ:
+                raise InvalidSpecError(f"--env {k}: not set in your environment", field="--env",
+                                       hint=f"use --env {k}=VALUE")  # fmt: skip
+            v = os.environ[k]
+        out[k] = v
+    return out
+
+
+def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    payload: dict[str, Any] = {
+        "env": _envs(args.env), "name": args.name, "job_recovery": args.job_recovery,
+        "retry_until_up": args.retry_until_up, "priority": args.priority,
+    }  # fmt: skip
+    first = args.entrypoint[0]
+    if len(args.entrypoint) == 1 and first.endswith((".yaml", ".yml")):
+        path = Path(first)
+        try:
+            payload["yaml"] = path.read_text()
+        except OSError as e:
+            from skyd.errors import InvalidSpecError
+
+            raise InvalidSpecError(f"cannot read {first}: {e.strerror}", field="TASK.yaml") from None
+        payload["yaml_path"] = str(path)
+        payload["base_dir"] = str(path.resolve().parent)
+    else:
+        payload["command"] = " ".join(args.entrypoint)
+        payload["base_dir"] = str(Path.cwd())
+    return payload
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+    from skyd.cli.progress import follow_request
+
+    client = get_client()
+    rid = client.submit("jobs.launch", launch_payload(args))
+    result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
+    job_id = int(result["job_id"])
+    if args.output == "json":
+        print(json.dumps({"job_id": job_id, "request_id": rid}))
+        return 0
+    if args.detach_run:
+        sys.stdout.write(f"  follow: skyd jobs logs {job_id}\n  queue:  skyd jobs queue\n")
+        return 0
+    return _print_logs(client, job_id, follow=True, controller=False)
+
+
+def _wait(client: Any, rid: str) -> dict[str, Any]:
+    from skyd.errors import error_from_dict
+
+    for ev in client.events(rid, True):
+        if ev.get("type") == "result":
+            return dict(ev.get("result") or ev.get("data") or {})
+        if ev.get("type") == "error":
+            raise error_from_dict(ev.get("error") or ev)
+    row = client.get(f"/v1/requests/{rid}")
+    return dict(row.get("result") or {})
+
+
+COLUMNS: list[tuple[str, Any]] = [
+    ("ID", "id"), ("NAME", "name"), ("STATUS", "status"),
+    ("TASK", lambda r: r.get("current_task")),
+    ("RECOVERIES", "recoveries"), ("RESTARTS", "restarts"),
+    ("REGION", "last_region"), ("SUBMITTED", "submitted_at"),
+    ("REASON", "failure_reason"),
+]  # fmt: skip
+
+
+def run_queue(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+
+    params: dict[str, Any] = {"skip_finished": 1 if args.skip_finished else 0}
+    if args.status:
+        params["status"] = args.status
+    rows = get_client().get("/v1/jobs", params)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(rows) + "\n")
+        return 0
+    from skyd.cli.output import ago, print_table
+
+    cols = [(h, (lambda r: ago(r.get("submitted_at"))) if h == "SUBMITTED" else k) for h, k in COLUMNS]
+    print_table(rows, cols, empty="No managed jobs.")
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+    from skyd.errors import InvalidSpecError
+
+    if not args.ids and not args.name and not args.all:
+        raise InvalidSpecError("say which jobs to cancel", hint="skyd jobs cancel ID | -n NAME | -a")
+    client = get_client()
+    rid = client.submit("jobs.cancel", {"ids": args.ids, "name": args.name, "all": args.all})
+    moved = _wait(client, rid).get("cancelled") or []
+    sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n" if moved
+                     else "No active managed job matched.\n")  # fmt: skip
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+
+    return _print_logs(get_client(), args.id, follow=not args.no_follow, controller=args.controller)
+
+
+def _print_logs(client: Any, job_id: int, *, follow: bool, controller: bool) -> int:
+    params = {"follow": 1 if follow else 0, "controller": 1 if controller else 0}
+    for item in client.stream_ndjson(f"/v1/jobs/{job_id}/logs", params):
+        sys.stdout.write(item.get("text", ""))
+        sys.stdout.flush()
+    return 0
