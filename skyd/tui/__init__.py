@@ -1,1 +1,1 @@
-
+"""skyd's Textual TUI (``skyd tui``). Importing this package imports nothing heavy."""

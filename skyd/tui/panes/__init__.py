@@ -1,0 +1,1 @@
+"""One pane (tab) per resource kind; each owns a DataTable and reloads itself on demand."""

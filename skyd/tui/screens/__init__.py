@@ -1,0 +1,1 @@
+"""Modal and full screens of the TUI: confirm, autostop prompt, log viewer, launch."""
