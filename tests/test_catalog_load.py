@@ -62,7 +62,7 @@ def test_accelerator_names_canonicalised(bundled: Catalog) -> None:
 
 def test_amd_rows_present_and_catalog_only_marked(bundled: Catalog) -> None:
     clouds = {o.cloud for o in bundled.by_accelerator("MI300X")}
-    assert {"runpod", "vultr", "digitalocean", "crusoe", "azure", "oci", "hotaisle"} <= clouds
+    assert {"runpod", "vultr", "do", "crusoe", "azure", "oci", "hotaisle"} <= clouds
     vultr = bundled.offerings(cloud="vultr")
     assert [(o.instance_type, o.accelerator_count, o.price, o.spot_price, o.region) for o in vultr] == [
         ("vbm-256c-2048gb-8-mi300x-gpu", 8.0, 17.52, 14.72, "ord")

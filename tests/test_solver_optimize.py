@@ -183,7 +183,7 @@ def test_gpu_listing(cat: Catalog) -> None:
     rows = gpu_listing(cat, "MI300X", 8)
     clouds = [r["cloud"] for r in rows]
     assert len(clouds) == len(set(clouds))  # cheapest per cloud
-    assert {"runpod", "vultr", "digitalocean", "azure"} <= set(clouds)
+    assert {"runpod", "vultr", "do", "azure"} <= set(clouds)
     by = {r["cloud"]: r for r in rows}
     assert by["runpod"]["enabled"] and not by["vultr"]["enabled"] and by["vultr"]["catalog_only"]
     assert by["vultr"]["price"] == 17.52 and by["vultr"]["spot_price"] == 14.72

@@ -156,6 +156,9 @@ _INSTANCES: dict[str, Cloud] = {}
 
 
 def register_cloud(name: str, factory: CloudFactory) -> None:
+    from skyd.models.parsing import register_cloud_name
+
+    register_cloud_name(name)
     _REGISTRY[name] = factory
     _INSTANCES.pop(name, None)
 

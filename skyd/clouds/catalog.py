@@ -40,7 +40,7 @@ IMPLEMENTED: dict[str, bool] = {
     "lambda": False,
     "vultr": False,
     "hotaisle": False,
-    "digitalocean": False,
+    "do": False,  # DigitalOcean (SkyPilot's name for it)
     "crusoe": False,
     "azure": False,
     "oci": False,

@@ -47,6 +47,8 @@ def _config() -> JobsConfig:
 
     cfg = JobsConfig(log_dir=paths.logs_dir() / "jobs")
     cfg.log_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+    if os.environ.get("SKYD_JOBS_BACKOFF"):
+        cfg.backoff_initial = float(os.environ["SKYD_JOBS_BACKOFF"])
     if os.environ.get("SKYD_JOBS_POLL"):
         cfg.poll_interval = float(os.environ["SKYD_JOBS_POLL"])
         cfg.user_failure_grace = min(cfg.user_failure_grace, cfg.poll_interval)

@@ -18,6 +18,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+from skyd import paths
 from skyd.errors import SkydError, error_from_dict
 from skyd.sdk.transport import Client, ensure_daemon, stop_daemon
 
@@ -31,9 +32,12 @@ _client: Client | None = None
 
 
 def client() -> Client:
-    """The module's shared client (one keep-alive connection)."""
+    """The module's shared client (one keep-alive connection), for the current socket
+    (a changed SKYD_SOCKET / SKYD_HOME gets a new client)."""
     global _client
-    if _client is None:
+    if _client is None or _client.socket_path != str(paths.socket_path()):
+        if _client is not None:
+            _client.close()
         _client = Client()
     return _client
 

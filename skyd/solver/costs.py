@@ -23,7 +23,7 @@ INTERNET_EGRESS: dict[str, tuple[tuple[float, float], ...]] = {
     "lambda": ((_INF, 0.0),),  # no egress fees
     "runpod": ((_INF, 0.0),),  # no egress fees
     "vultr": ((_INF, 0.01),),
-    "digitalocean": ((_INF, 0.01),),
+    "do": ((_INF, 0.01),),  # DigitalOcean (SkyPilot calls it "do")
     "hotaisle": ((_INF, 0.0),),
     "crusoe": ((_INF, 0.0),),
     "local": ((_INF, 0.0),),

@@ -10,6 +10,12 @@ skyd.clouds.local.LocalProvisioner); knobs a test (or bench/) turns:
   report NODE_PREEMPTED for its nodes until it is terminated.
 
 Register with `install()` (registers the cloud under "fakecloud"; idempotent).
+
+Across processes (a test driving a daemon subprocess): load this module into the daemon
+with ``SKYD_EXTRA_PLUGINS=tests.fakes.preemptible`` and turn the knobs through the file
+``$SKYD_HOME/fakecloud-knobs.json`` (`write_knobs(refused=[[region, zone]], fail_next=n)`),
+which the provisioner reads on every provision; `preempt` works from any process (it kills
+by /proc and leaves a marker file in the cluster's directory).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -125,7 +132,12 @@ class PreemptibleProvisioner(Provisioner):
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
         off = req.offering
-        for region, zone in self.refused:
+        knobs = read_knobs()
+        if knobs.get("fail_next"):
+            self.failures_left += int(knobs["fail_next"])
+            write_knobs(refused=knobs.get("refused", []), fail_next=0)
+        refused = list(self.refused) + [tuple(x) for x in knobs.get("refused", [])]
+        for region, zone in refused:
             if (region is None or region == off.region) and (zone is None or zone == off.zone):
                 err = ResourcesUnavailableError(
                     f"{NAME}/{off.region}/{off.zone}: insufficient capacity for {off.instance_type}"
@@ -199,6 +211,31 @@ class FakePreemptibleCloud(Cloud):
         return self._prov
 
 
+def knobs_file() -> Path:
+    from skyd import paths
+
+    return paths.home() / "fakecloud-knobs.json"
+
+
+def read_knobs() -> dict[str, Any]:
+    import json
+
+    try:
+        return dict(json.loads(knobs_file().read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_knobs(*, refused: list[Any] | None = None, fail_next: int = 0) -> None:
+    import json
+
+    f = knobs_file()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"refused": refused or [], "fail_next": fail_next}))
+    tmp.replace(f)
+
+
 def install(provisioner: PreemptibleProvisioner | None = None) -> FakePreemptibleCloud:
     """Register `fakecloud` (a fresh instance each call) and return it."""
     from skyd.clouds.base import get_cloud
@@ -207,3 +244,8 @@ def install(provisioner: PreemptibleProvisioner | None = None) -> FakePreemptibl
     cloud = get_cloud(NAME)
     assert isinstance(cloud, FakePreemptibleCloud)
     return cloud
+
+
+if os.environ.get("SKYD_EXTRA_PLUGINS", "").find("tests.fakes.preemptible") >= 0:
+    # Loaded as a daemon plugin: make `fakecloud` launchable in that daemon.
+    register_cloud(NAME, FakePreemptibleCloud)
