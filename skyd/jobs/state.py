@@ -89,6 +89,21 @@ def _check_cols(names: Iterable[str], allowed: Sequence[str]) -> None:
         raise ValueError(f"unknown column(s) {bad}")
 
 
+# Set by the daemon plugin: publishes managed-job changes on the daemon's event bus
+# (topic "managed_jobs"), which `GET /v1/watch` streams to the TUI.
+_publish: Callable[[str, dict[str, Any]], None] | None = None
+
+
+def set_publisher(fn: Callable[[str, dict[str, Any]], None] | None) -> None:
+    global _publish
+    _publish = fn
+
+
+def _changed(data: dict[str, Any]) -> None:
+    if _publish is not None:
+        _publish("managed_jobs", data)
+
+
 class JobsDB:
     """The managed-jobs tables on one aiosqlite connection (writes serialized by a lock)."""
 
@@ -171,7 +186,9 @@ class JobsDB:
             assert cur.lastrowid is not None
             return int(cur.lastrowid)
 
-        return await self._write(fn)
+        jid = await self._write(fn)
+        _changed({"id": jid, "status": "PENDING"})
+        return jid
 
     async def update_job(
         self,
@@ -223,7 +240,10 @@ class JobsDB:
                     )
             return True
 
-        return await self._write(fn)
+        ok = await self._write(fn)
+        if ok:
+            _changed({"id": job_id, **{k: v for k, v in fields.items() if k in ("status", "cluster")}})
+        return ok
 
     async def request_cancel(self, job_id: int) -> str | None:
         """Move an active job to CANCELLING (its controller, or resume_all, finishes the
@@ -239,7 +259,10 @@ class JobsDB:
             )
             return str(row[0])
 
-        return await self._write(fn)
+        prev = await self._write(fn)
+        if prev is not None:
+            _changed({"id": job_id, "status": "CANCELLING"})
+        return prev
 
     # -- reads ----------------------------------------------------------------------------
 

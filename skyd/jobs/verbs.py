@@ -57,7 +57,9 @@ def _config() -> JobsConfig:
 
 async def _startup(daemon: Daemon) -> None:
     from skyd import paths
-    from skyd.jobs.state import JobsDB
+    from skyd.jobs.state import JobsDB, set_publisher
+
+    set_publisher(daemon.bus.publish)
 
     if os.environ.get("SKYD_JOBS_SIM") == "1":
         from skyd.jobs.sim import SimClusterOps
