@@ -129,7 +129,7 @@ class Provisioner(ABC):
         """Copy a local directory (or file) to node `rank` (dst relative to the node dir
         when not absolute). Returns (files, bytes) synced."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections (forwards, SSH)."""
 
 
