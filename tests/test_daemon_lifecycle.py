@@ -181,3 +181,22 @@ def test_concurrent_clients_autostart_one_daemon(skyd_home: Path) -> None:
         assert log.count("starting (home") == 1
     finally:
         assert cli("daemon", "stop").returncode == 0
+
+
+def test_socket_in_a_shared_dir_leaves_the_dir_alone(tmp_path: Path) -> None:
+    """SKYD_SOCKET=/tmp/x.sock must never chmod /tmp: only a dir of our own is tightened."""
+    from skyd.daemon.app import bind_socket
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    sock = bind_socket(shared / "d.sock")
+    try:
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+        assert stat.S_IMODE((shared / "d.sock").stat().st_mode) == 0o600
+    finally:
+        sock.close()
+    own = tmp_path / "own"
+    sock = bind_socket(own / "d.sock")
+    sock.close()
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700

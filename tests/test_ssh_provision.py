@@ -10,7 +10,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from skyd.clouds.base import NODE_RUNNING, NODE_STOPPED, NODE_TERMINATED, ProvisionRequest
+from skyd.clouds.base import (
+    NODE_RUNNING,
+    NODE_STOPPED,
+    NODE_TERMINATED,
+    NODE_UNKNOWN,
+    ProvisionRequest,
+)
 from skyd.clouds.offering import Offering
 from skyd.clouds.ssh.state import allocations_sync
 from skyd.errors import ResourcesUnavailableError
@@ -106,7 +112,7 @@ async def test_upgrade_keeps_job_queue_and_ensure_restarts_killed_agent(
             # kill -9 the agent: query says not running, ensure_agents brings it back
             os.kill(info["pid"], signal.SIGKILL)
             await anyio.sleep(0.2)
-            assert await p.query(handle) == [NODE_STOPPED]
+            assert await p.query(handle) == [NODE_UNKNOWN]  # killed, not stopped on purpose
             handle = await p.ensure_agents(handle, lambda m: None)
             assert await p.query(handle) == [NODE_RUNNING]
             await p.terminate(handle, lambda m: None)

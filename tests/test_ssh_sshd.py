@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ async def test_real_sshd_transport_sync_and_agent(skyd_home: Path, tmp_path: Pat
     from skyd.clouds.ssh.provisioner import SSHProvisioner
     from skyd.nodeagent.client import AgentClient
 
-    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-"))
+    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     try:
         async with real_sshd(work) as s:
             target = SSHTarget(s.host, s.port, s.user, str(s.key))

@@ -156,9 +156,9 @@ _INSTANCES: dict[str, Cloud] = {}
 
 
 def register_cloud(name: str, factory: CloudFactory) -> None:
-    from skyd.models.parsing import register_cloud_name
+    from skyd.cloudnames import REGISTERED
 
-    register_cloud_name(name)
+    REGISTERED.add(name.lower())
     _REGISTRY[name] = factory
     _INSTANCES.pop(name, None)
 

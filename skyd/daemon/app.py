@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import socket
+import stat
 import sys
 import time
 import traceback
@@ -175,10 +176,21 @@ class Daemon:
             self._pid_fd = None
 
 
+def _private_dir_candidate(d: Path) -> bool:
+    st = d.stat()
+    shared = st.st_mode & (stat.S_ISVTX | stat.S_IWOTH)
+    return st.st_uid == os.getuid() and not shared
+
+
 def bind_socket(path: Path) -> socket.socket:
-    """A listening AF_UNIX socket at ``path``: directory 0700, socket 0600 (no window)."""
+    """A listening AF_UNIX socket at ``path``: directory 0700, socket 0600 (no window).
+
+    The directory is tightened only when it is ours alone: a shared directory (sticky or
+    world-writable, such as /tmp, or owned by someone else) is left as it is -- the socket's
+    own 0600 mode and the peer-uid check guard it there."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
+    if _private_dir_candidate(path.parent):
+        os.chmod(path.parent, 0o700)
     if path.exists() or path.is_symlink():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

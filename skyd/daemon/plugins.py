@@ -6,4 +6,4 @@ Append here (e.g. "skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.serve.verbs").
 
 from __future__ import annotations
 
-PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs"]
+PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.clouds.ssh.plugin"]

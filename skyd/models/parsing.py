@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any
 
+from skyd.cloudnames import REGISTERED
 from skyd.models._errors import fail, suggest
 
 # SkyPilot's constants.ALL_CLOUDS plus the providers skyd adds. Lower-case.
@@ -30,18 +31,10 @@ CLOUD_ALIASES: dict[str, str] = {
 }
 
 
-_REGISTERED_CLOUDS: set[str] = set()
-
-
-def register_cloud_name(name: str) -> None:
-    """Accept `name` as a cloud (infras registered at run time, e.g. test providers)."""
-    _REGISTERED_CLOUDS.add(name.lower())
-
-
 def canonical_cloud(name: str) -> str:
     n = name.strip().lower()
     n = CLOUD_ALIASES.get(n, n)
-    if n not in KNOWN_CLOUDS and n not in _REGISTERED_CLOUDS:
+    if n not in KNOWN_CLOUDS and n not in REGISTERED:
         s = suggest(n, list(KNOWN_CLOUDS) + list(CLOUD_ALIASES))
         hint = f"did you mean '{s}'?" if s else f"known clouds: {', '.join(KNOWN_CLOUDS)}"
         fail(f"unknown cloud '{name}'", hint)

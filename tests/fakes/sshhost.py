@@ -8,7 +8,8 @@ explicitly; SFTP (relative paths resolve against HOME, as with OpenSSH) and dire
 
 Knobs: ``reject_auth`` (refuse every key), ``drop_connections()`` (abort every live
 connection), ``drop_after_sftp_writes=N`` (abort the connection when the Nth file is opened for
-writing over SFTP, once), ``missing=("python3", "rsync")`` (tools left off PATH).
+writing over SFTP, once), ``missing=("python3", "rsync")`` (tools left off PATH), ``suspend()`` / ``resume()``
+(unreachable host whose processes keep running).
 
     async with FakeSSHHost(tmp_path / "h1", "127.0.0.2", client_pub) as h:
         h.host, h.port, h.home
@@ -232,6 +233,20 @@ class FakeSSHHost:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    async def suspend(self) -> None:
+        """Make the host unreachable (stop listening, cut every connection) while its
+        processes (agents, jobs) keep running: a network partition, not a crash."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        self.drop_connections()
+
+    async def resume(self) -> None:
+        """Listen again on the same address and port (after ``suspend``)."""
+        if self._server is None:
+            await self.start()
+
     def drop_connections(self) -> None:
         for conn in list(self._conns):
             conn.abort()
@@ -306,10 +321,10 @@ class FakeSSHHost:
 
 @contextlib.asynccontextmanager
 async def fake_hosts(
-    tmp: Path, n: int, pub: Path, **kw: Any
+    tmp: Path, n: int, pub: Path, *, first: int = 2, **kw: Any
 ) -> Any:
-    """``n`` fake hosts on 127.0.0.2, 127.0.0.3, ... (roots under ``tmp``)."""
-    hosts = [FakeSSHHost(tmp / f"host{i}", f"127.0.0.{i + 2}", pub, **kw) for i in range(n)]
+    """``n`` fake hosts on 127.0.0.<first>, 127.0.0.<first+1>, ... (roots under ``tmp``)."""
+    hosts = [FakeSSHHost(tmp / f"host{i}", f"127.0.0.{i + first}", pub, **kw) for i in range(n)]
     try:
         for h in hosts:
             await h.start()

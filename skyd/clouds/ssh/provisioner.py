@@ -12,10 +12,13 @@ forwards (``agent_endpoint``).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import os
 import posixpath
 import secrets
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +36,39 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
+from skyd.clouds.offering import Offering
 from skyd.clouds.ssh import remote
 from skyd.clouds.ssh.check import probe_host, python_ok
 from skyd.clouds.ssh.pools import Pool, PoolHost, get_pool, load_pools
-from skyd.clouds.ssh.state import allocate, allocations, release, save_host_facts
+from skyd.clouds.ssh.state import allocate, allocations, load_host_facts, release, save_host_facts
 from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
 from skyd.pipeline.ssh_transport import SSHConnectError, SSHTarget, SSHTransport
 
 _ZIPAPP_CACHE: dict[str, tuple[Path, str]] = {}
 
 
-async def agent_zipapp() -> tuple[Path, str]:
-    """(path, sha256) of this build's agent zipapp, built once per process under SKYD_HOME."""
-    key = str(paths.home())
-    if key in _ZIPAPP_CACHE and _ZIPAPP_CACHE[key][0].exists():
-        return _ZIPAPP_CACHE[key]
-    from skyd.nodeagent.zipapp import build_zipapp
+_ZIPAPP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = weakref.WeakKeyDictionary()
 
-    d = paths.home() / "ssh"
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "agent-build.pyz"
-    sha = await anyio.to_thread.run_sync(build_zipapp, tmp)
-    final = d / f"agent-{sha}.pyz"
-    tmp.replace(final)
-    _ZIPAPP_CACHE[key] = (final, sha)
-    return final, sha
+
+async def agent_zipapp() -> tuple[Path, str]:
+    """(path, sha256) of this build's agent zipapp, built once per process under SKYD_HOME.
+    Concurrent callers (the nodes of one cluster, the daemon's warm-up) share one build."""
+    key = str(paths.home())
+    loop = asyncio.get_running_loop()
+    lock = _ZIPAPP_LOCKS.setdefault(loop, anyio.Lock())
+    async with lock:
+        if key in _ZIPAPP_CACHE and _ZIPAPP_CACHE[key][0].exists():
+            return _ZIPAPP_CACHE[key]
+        from skyd.nodeagent.zipapp import build_zipapp
+
+        d = paths.home() / "ssh"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"agent-build-{os.getpid()}-{secrets.token_hex(4)}.pyz"
+        sha = await anyio.to_thread.run_sync(build_zipapp, tmp)
+        final = d / f"agent-{sha}.pyz"
+        tmp.replace(final)
+        _ZIPAPP_CACHE[key] = (final, sha)
+        return final, sha
 
 
 def _is_ip(s: str) -> bool:
@@ -108,9 +119,16 @@ class SSHProvisioner(Provisioner):
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
         pool = self._pool(req.offering.region)
-        first = pool.host(req.offering.instance_type) if req.offering.instance_type else None
-        order = ([first] if first else []) + [h for h in pool.hosts if h is not first]
-        keys = await allocate(pool.name, req.cluster_name, [h.key for h in order], req.num_nodes)
+        order = _candidates(pool, req.offering, load_host_facts())
+        try:
+            keys = await allocate(pool.name, req.cluster_name, [h.key for h in order], req.num_nodes)
+        except ResourcesUnavailableError as e:
+            # Every host of the pool was already considered: another plan choice in the same
+            # pool cannot do better, so the user gets this error (pool + fix) as is.
+            e.no_failover = True
+            if req.offering.accelerator and len(order) < len(pool.hosts):
+                e.message += f" with {req.offering.accelerator}:{req.offering.accelerator_count:g}"
+            raise
         by_key = {h.key: h for h in pool.hosts}
         hosts = [by_key[k] for k in keys]
         token = req.token or secrets.token_urlsafe(32)
@@ -132,9 +150,10 @@ class SSHProvisioner(Provisioner):
                 await self._cleanup(partial, req.cluster_name, token)
                 await release(req.cluster_name)
             if isinstance(err, ResourcesUnavailableError):
+                err.no_failover = True
                 raise err from None
             if isinstance(err, SkydError):
-                raise ResourcesUnavailableError(err.message, hint=err.hint) from None
+                raise ResourcesUnavailableError(err.message, hint=err.hint, no_failover=True) from None
             raise err from None
         head = facts[0]
         acc = head.get("accelerator")
@@ -216,8 +235,11 @@ class SSHProvisioner(Provisioner):
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def query(self, handle: ClusterHandle) -> list[str]:
-        states = [NODE_UNKNOWN] * len(handle.nodes)
+    async def _node_states(self, handle: ClusterHandle) -> list[tuple[str, str]]:
+        """(NODE_* state, running agent sha or "") per node. A node whose agent is gone
+        without having been stopped (crash, kill -9), or whose agent does not answer, is
+        NODE_UNKNOWN; one stopped on purpose (stop, autostop) is NODE_STOPPED."""
+        out = [(NODE_UNKNOWN, "")] * len(handle.nodes)
 
         async def one(i: int, node: NodeHandle) -> None:
             t = self._node_transport(node)
@@ -226,18 +248,21 @@ class SSHProvisioner(Provisioner):
                 res = await t.run(["python3", "-c", remote.STATUS, node.node_dir], timeout=20, idempotent=True)
             except (SkydError, OSError):
                 return  # unreachable: unknown
-            word = res.stdout.strip()
+            word, _, sha = res.stdout.strip().partition(" ")
             if word == "terminated":
-                states[i] = NODE_TERMINATED
+                out[i] = (NODE_TERMINATED, "")
             elif word == "stopped":
-                states[i] = NODE_STOPPED
-            elif word == "running":
-                states[i] = NODE_RUNNING if await self._healthy(handle, node) else NODE_UNKNOWN
+                out[i] = (NODE_STOPPED, "")
+            elif word == "running" and await self._healthy(handle, node):
+                out[i] = (NODE_RUNNING, sha)
 
         async with anyio.create_task_group() as tg:
             for i, node in enumerate(handle.nodes):
                 tg.start_soon(one, i, node)
-        return states
+        return out
+
+    async def query(self, handle: ClusterHandle) -> list[str]:
+        return [s for s, _ in await self._node_states(handle)]
 
     async def _healthy(self, handle: ClusterHandle, node: NodeHandle) -> bool:
         try:
@@ -266,9 +291,12 @@ class SSHProvisioner(Provisioner):
         await t.run(["python3", "-c", remote.STOP, node.node_dir], timeout=30, idempotent=True)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
-        async with anyio.create_task_group() as tg:
-            for node in handle.nodes:
-                tg.start_soon(self._shutdown, handle, node)
+        try:
+            async with anyio.create_task_group() as tg:
+                for node in handle.nodes:
+                    tg.start_soon(self._shutdown, handle, node)
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
         log(f"Stopped the agents of {len(handle.nodes)} node(s); the hosts stay allocated")
 
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
@@ -278,22 +306,44 @@ class SSHProvisioner(Provisioner):
             if info.get("state") == "upgraded":
                 log(f"Node {node.rank}: agent upgraded to {node.extra['sha'][:12]}")
 
-        async with anyio.create_task_group() as tg:
-            for node in handle.nodes:
-                tg.start_soon(one, node)
+        try:
+            async with anyio.create_task_group() as tg:
+                for node in handle.nodes:
+                    tg.start_soon(one, node)
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
         log(f"Started the agents of {len(handle.nodes)} node(s)")
         return handle
 
     async def ensure_agents(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         """Start agents that are down and upgrade ones of another version (same node dir,
-        so the job queue survives)."""
-        states = await self.query(handle)
-        if NODE_TERMINATED in states:
+        so the job queue survives). Nodes stopped on purpose are left stopped (`start`
+        starts them); healthy agents of this version cost one status round trip."""
+        states = await self._node_states(handle)
+        if any(s == NODE_TERMINATED for s, _ in states):
             raise ClusterStateError(
                 f"cluster {handle.cluster_name!r}: a node's files are gone",
                 hint=f"skyd down {handle.cluster_name} and launch it again",
             )
-        return await self.start(handle, log)
+        if any(s == NODE_STOPPED for s, _ in states):
+            return handle
+        _, sha = await self._zip()
+        todo = [n for n, (s, have) in zip(handle.nodes, states, strict=True)
+                if s != NODE_RUNNING or have != sha]  # fmt: skip
+        if not todo:
+            return handle
+
+        async def one(node: NodeHandle) -> None:
+            info = await self._start_agent(self._node_transport(node), node, handle.cluster_name, handle.token)
+            log(f"Node {node.rank}: agent {info.get('state')} on port {node.agent_port}")
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for node in todo:
+                    tg.start_soon(one, node)
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
+        return handle
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         async def one(node: NodeHandle) -> None:
@@ -353,6 +403,22 @@ class SSHProvisioner(Provisioner):
 
     async def in_use(self) -> dict[str, str]:
         return await allocations()
+
+
+def _candidates(pool: Pool, off: Offering, facts: dict[str, dict[str, Any]]) -> list[PoolHost]:
+    """Hosts of ``pool`` that can serve ``off``, the chosen host first: with an accelerator,
+    only hosts whose probed facts have at least that many of it."""
+    first = pool.host(off.instance_type) if off.instance_type else None
+    order = ([first] if first else []) + [h for h in pool.hosts if h is not first]
+    if not off.accelerator:
+        return order
+
+    def fits(h: PoolHost) -> bool:
+        f = facts.get(h.key, {})
+        return bool(f.get("accelerator") == off.accelerator
+                    and float(f.get("accelerator_count") or 0) >= off.accelerator_count)
+
+    return [h for h in order if fits(h)]
 
 
 def _q(s: str) -> str:

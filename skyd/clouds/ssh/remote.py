@@ -100,20 +100,35 @@ with open(os.path.join(nd, "agent.log"), "rb") as f:
 sys.exit(3)
 """
 
-# argv: node_dir -> prints running | stopped | terminated
+# argv: node_dir... -> one line per node dir: "running <sha>" | "stopped" (on purpose: `skyd
+# stop` or autostop wrote stopped.json) | "dead" (agent gone without being stopped: crash,
+# kill -9, reboot) | "terminated" (no node dir)
 STATUS = _COMMON + r"""
-nd = sys.argv[1]
-if not os.path.isdir(nd):
-    print("terminated")
-elif running_pid(nd):
-    print("running")
-else:
-    print("stopped")
+for nd in sys.argv[1:]:
+    if not os.path.isdir(nd):
+        print("terminated")
+    elif running_pid(nd):
+        try:
+            with open(os.path.join(nd, "agent.sha")) as f:
+                sha = f.read().strip()
+        except OSError:
+            sha = "-"
+        print("running " + sha)
+    elif os.path.exists(os.path.join(nd, "stopped.json")):
+        print("stopped")
+    else:
+        print("dead")
 """
 
-# argv: node_dir
+# argv: node_dir -> stop the agent and mark the node stopped on purpose
 STOP = _COMMON + r"""
-print("stopped" if stop(sys.argv[1]) else "not-running")
+nd = sys.argv[1]
+was = stop(nd)
+if os.path.isdir(nd) and not os.path.exists(os.path.join(nd, "stopped.json")):
+    with open(os.path.join(nd, "stopped.json.tmp"), "w") as f:
+        f.write(json.dumps({"stopped_at": time.time(), "down": False}))
+    os.replace(os.path.join(nd, "stopped.json.tmp"), os.path.join(nd, "stopped.json"))
+print("stopped" if was else "not-running")
 """
 
 # argv: node_dir base_dir sha -> stop the agent and everything in its session, remove files;

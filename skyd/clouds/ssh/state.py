@@ -12,9 +12,11 @@ Blocking sqlite/file calls: the async wrappers run them in a thread.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,14 +129,21 @@ def load_host_facts() -> dict[str, dict[str, Any]]:
         return {}
 
 
+_FACTS_LOCK = threading.Lock()
+
+
 def save_host_facts_sync(updates: dict[str, dict[str, Any]]) -> None:
-    facts = load_host_facts()
-    facts.update(updates)
+    """Merge ``updates`` into hosts.json: read-modify-write under a thread lock and an flock
+    (concurrent probes in the daemon, ``skyd ssh check`` in another process), atomic rename."""
     p = _hosts_file()
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(facts, indent=1, sort_keys=True))
-    tmp.replace(p)
+    with _FACTS_LOCK, open(p.with_suffix(".lock"), "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        facts = load_host_facts()
+        facts.update(updates)
+        tmp = p.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        tmp.write_text(json.dumps(facts, indent=1, sort_keys=True))
+        tmp.replace(p)
 
 
 async def save_host_facts(updates: dict[str, dict[str, Any]]) -> None:

@@ -1,0 +1,53 @@
+"""The ``ssh`` infra inside the daemon (a daemon plugin module, see skyd.daemon.plugins).
+
+Importing it registers the ``ssh`` cloud (so the planner offers pool hosts) and two hooks:
+- at start, in the background: probe pool hosts that have no cached facts yet (so the solver
+  sees their GPUs) and build the agent zipapp once, so the first launch does not pay for it;
+- at stop: close the SSH connections (forwards included) the provisioner holds.
+Agents keep running on the hosts; a restarted daemon reconnects on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import skyd.clouds.ssh  # noqa: F401 - registers the `ssh` cloud
+from skyd.clouds.base import get_cloud
+from skyd.clouds.ssh.cloud import SSHCloud
+from skyd.daemon.registry import on_shutdown, on_startup
+
+log = logging.getLogger("skyd.ssh")
+
+
+async def warm_up(cloud: SSHCloud) -> None:
+    """Probe unprobed hosts and prebuild the agent zipapp (both best effort)."""
+    ok, _ = cloud.check()
+    if not ok:
+        return
+    try:
+        await cloud.probe_unprobed()
+    except Exception as e:  # noqa: BLE001 - planning probes again on demand
+        log.warning("ssh: probing pool hosts failed: %s", e)
+    try:
+        from skyd.clouds.ssh.provisioner import agent_zipapp
+
+        await agent_zipapp()
+    except Exception as e:  # noqa: BLE001 - provisioning builds it again
+        log.warning("ssh: building the agent zipapp failed: %s", e)
+
+
+async def _startup(daemon: Any) -> None:
+    cloud = get_cloud("ssh")
+    assert isinstance(cloud, SSHCloud)
+    daemon.spawn("ssh-warm-up", warm_up, cloud)
+
+
+async def _shutdown(daemon: Any) -> None:
+    cloud = get_cloud("ssh")
+    if isinstance(cloud, SSHCloud):
+        await cloud.close()
+
+
+on_startup(_startup)
+on_shutdown(_shutdown)
