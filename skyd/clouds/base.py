@@ -129,6 +129,10 @@ class Provisioner(ABC):
         """Copy a local directory (or file) to node `rank` (dst relative to the node dir
         when not absolute). Returns (files, bytes) synced."""
 
+    async def forget(self, cluster_name: str) -> None:  # noqa: B027 - optional hook
+        """Clean up after a provisioning that died before it produced a handle (hosts
+        reserved, directories made). Idempotent. Default: nothing to clean."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections (forwards, SSH)."""
 

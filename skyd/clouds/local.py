@@ -42,7 +42,8 @@ from skyd.clouds.base import (
 from skyd.clouds.offering import Offering
 
 LOCAL = "local"
-STOPPED_MARK = "stopped.json"  # written by the agent on autostop, and by `skyd stop`
+STOPPED_MARK = "stopped.json"
+WORKDIR_DST = "workdir"  # skyd.pipeline.backend.WORKDIR: the job's cwd, under the node dir  # written by the agent on autostop, and by `skyd stop`
 
 
 def _memory_gib() -> float:
@@ -125,6 +126,9 @@ class LocalProvisioner(Provisioner):
             rank=rank,
             cluster=handle_cluster,
             extra_args=["--autostop-action", "local-stop"],
+            # Jobs inherit the agent's environment: `~` must be the sandbox's home/, so
+            # setup/run writing ~/x stay inside SKYD_HOME (as ~/x file mounts do).
+            env={**os.environ, "HOME": str(node_dir / "home")},
         )
         return dict(info)
 
@@ -269,6 +273,17 @@ class LocalProvisioner(Provisioner):
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
         log(f"Removed {cdir}")
 
+    async def forget(self, cluster_name: str) -> None:
+        cdir = self.cluster_dir(cluster_name)
+        for nd in sorted(cdir.glob("node-*")) if cdir.exists() else []:
+            info = self._agent_info(nd)
+            if info and self._pid_alive(int(info["pid"])):
+                try:
+                    os.killpg(int(info["pid"]), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
+
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         info = self._agent_info(Path(handle.nodes[rank].node_dir))
         port = int(info["port"]) if info else handle.nodes[rank].agent_port
@@ -281,7 +296,9 @@ class LocalProvisioner(Provisioner):
             return nd / "home" / dst[2:]
         if dst.startswith("/"):
             return nd / "root" / dst.lstrip("/")
-        return nd / dst
+        if dst == WORKDIR_DST:
+            return nd / dst
+        return nd / "home" / dst  # relative targets are relative to ~, as in SkyPilot
 
     async def sync_dir(
         self, handle: ClusterHandle, rank: int, src: str, dst: str, excludes: list[str]

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
@@ -167,6 +168,8 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     while time.monotonic() < deadline:
         info = read_agent_json(home)
         if info and info.get("pid") == proc.pid:
+            # Reap it when it exits (stop/down/autostop), or it lingers as our zombie.
+            threading.Thread(target=proc.wait, name=f"reap-agent-{proc.pid}", daemon=True).start()
             return info
         if proc.poll() is not None:
             break

@@ -56,6 +56,11 @@ class Agent:
         running = sum(1 for j in active if j["status"] in jq.ACTIVE)
         return {"running": running, "pending": len(active) - running}
 
+    def is_idle(self) -> bool:
+        """No job running or waiting: the only state in which autostop may fire."""
+        c = self.counts()
+        return not (c["running"] or c["pending"])
+
     def idle_seconds(self) -> float:
         c = self.counts()
         if c["running"] or c["pending"]:

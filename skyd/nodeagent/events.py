@@ -42,7 +42,8 @@ async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0
             next_beat = now + heartbeat_s
         agent.schedule()
         auto = agent.autostop
-        if auto["idle_minutes"] >= 0 and agent.idle_seconds() >= auto["idle_minutes"] * 60:
+        if (auto["idle_minutes"] >= 0 and agent.is_idle()
+                and agent.idle_seconds() >= auto["idle_minutes"] * 60):
             await run_autostop_action(agent, bool(auto["down"]))
             continue
         agent.wake.clear()

@@ -12,6 +12,11 @@ from skyd.clouds.base import ClusterHandle, Provisioner
 from skyd.errors import ClusterStateError
 
 
+def agent_idle_minutes(minutes: float) -> float:
+    """The idle time to send an agent (negative cancels autostop)."""
+    return float(minutes)
+
+
 @asynccontextmanager
 async def agent(prov: Provisioner, handle: ClusterHandle, rank: int = 0) -> AsyncIterator[Any]:
     """An AgentClient connected to node `rank` of the cluster."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -100,18 +101,17 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
                 ctx.log(f"Provisioning failed on {choice.describe()}: {e}")
                 await ctx.stage("PROVISION", "failed", error=str(e))
                 blocked.append(planner.block_for(choice, e))
-                try:
-                    await backend.prov.terminate(
-                        ClusterHandle(name, choice.offering.cloud, None, None, None, False, {},
-                                      task.num_nodes, 0.0, [], ""),
-                        ctx.log,
-                    )
-                except Exception:  # noqa: BLE001 - best effort cleanup
-                    pass
+                await backend.prov.forget(name)  # nothing half-made is left behind
                 await cdb.remove_cluster(store, name)
                 if e.no_failover:
                     raise
                 continue
+            except BaseException:
+                # Cancelled, or an infra failure: remove what was half made, then report.
+                with anyio.CancelScope(shield=True):
+                    await backend.prov.forget(name)
+                    await cdb.remove_cluster(store, name)
+                raise
             await cdb.save_handle(store, handle, cdb.UP)
             await ctx.stage("PROVISION", "done", infra=choice.describe())
             return handle
@@ -141,7 +141,8 @@ def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
 
 
 async def submit_and_follow(
-    ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str
+    ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str,
+    after_submit: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """SETUP + EXEC: submit once (recorded in kv before reporting), then follow."""
     store = ctx.store
@@ -156,6 +157,8 @@ async def submit_and_follow(
     await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})
     ctx.emit({"type": "job_submitted", "cluster": handle.cluster_name, "job_id": job_id})
     await cdb.touch(store, handle.cluster_name)
+    if after_submit is not None:
+        await after_submit()
     return await jobwatch.follow_job(
         ctx, prov, handle, int(job_id), with_setup=with_setup and bool(task.setup), detach=detach
     )
@@ -206,16 +209,29 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             await ctx.stage("SYNC_FILE_MOUNTS", "done")
         else:
             await ctx.stage("SYNC_FILE_MOUNTS", "skipped")
-        idle = payload.get("idle_minutes")
-        down = bool(payload.get("down"))
-        if idle is not None or down or planner.task_autostop(task) is not None:
-            await apply_autostop(ctx, handle, idle, down, task)
+    idle = payload.get("idle_minutes")
+    down = bool(payload.get("down"))
+    detach = bool(payload.get("detach_run"))
+    # `--down` alone on a followed launch: the DOWN stage below tears down once the job is
+    # done. Autostop goes to the agent only after the job is submitted (an idle-0 agent
+    # would otherwise stop before the job arrives), and for a followed launch only after
+    # the job ended (else the agent exits under the log stream).
+    down_now = down and idle is None and planner.task_autostop(task) is None and not detach
+    want_autostop = not down_now and (
+        idle is not None or down or planner.task_autostop(task) is not None
+    )
+
+    async def autostop() -> None:
+        await apply_autostop(ctx, handle, idle, down, task)
+
     with_setup = not payload.get("no_setup")
     result = await submit_and_follow(
-        ctx, handle, task, with_setup=with_setup, detach=bool(payload.get("detach_run")),
-        kv_key=kv_key,
+        ctx, handle, task, with_setup=with_setup, detach=detach, kv_key=kv_key,
+        after_submit=autostop if want_autostop and detach else None,
     )
-    if down and not payload.get("detach_run"):
+    if want_autostop and not detach:
+        await autostop()
+    if down_now:
         from skyd.pipeline.lifecycle import down_cluster
 
         await ctx.stage("DOWN", "start")
@@ -225,9 +241,9 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 async def apply_autostop(
-    ctx: Any, handle: ClusterHandle, idle: int | None, down: bool, task: Any = None
+    ctx: Any, handle: ClusterHandle, idle: float | None, down: bool, task: Any = None
 ) -> None:
-    from skyd.pipeline.agents import agent
+    from skyd.pipeline.agents import agent, agent_idle_minutes
 
     if idle is None and task is not None:
         auto = planner.task_autostop(task)
@@ -237,8 +253,8 @@ async def apply_autostop(
         idle = 0 if down else 5  # SkyPilot: --down alone tears down right after the jobs
     prov = get_cloud(handle.cloud).provisioner()
     async with agent(prov, handle, 0) as c:
-        await c.set_autostop(int(idle), down)
-    await cdb.set_autostop(ctx.store, handle.cluster_name, int(idle), down)
+        await c.set_autostop(agent_idle_minutes(float(idle)), down)
+    await cdb.set_autostop(ctx.store, handle.cluster_name, float(idle), down)
     ctx.log(f"Autostop: {'down' if down else 'stop'} after {idle} idle minute(s)")
 
 

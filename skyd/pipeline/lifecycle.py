@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-
 from skyd.clouds.base import (
     NODE_PREEMPTED,
     NODE_RUNNING,
@@ -15,7 +13,7 @@ from skyd.clouds.base import (
 )
 from skyd.errors import ClusterStateError, NotFoundError
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline.agents import agent, agent_healthy
+from skyd.pipeline.agents import agent, agent_healthy, agent_idle_minutes
 from skyd.pipeline.locks import cluster_lock
 
 
@@ -30,13 +28,12 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
     if handle is not None:
         await get_cloud(handle.cloud).provisioner().terminate(handle, ctx.log)
     else:
-        # Never got a handle (failed mid-provision): sweep whatever the local infra left.
-        import shutil
+        # Never got a handle (a launch died mid-provision): every infra cleans what it may
+        # have started for this name (sandboxes, reserved hosts).
+        from skyd.clouds.base import registered_clouds
 
-        from skyd.clouds.local import LocalProvisioner
-
-        cdir = LocalProvisioner().cluster_dir(name)
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
+        for cloud_name in registered_clouds():
+            await get_cloud(cloud_name).provisioner().forget(name)
     await cdb.remove_cluster(store, name)
     ctx.log(f"Cluster {name} terminated.")
     return {"cluster": name, "status": "TERMINATED"}
@@ -91,7 +88,8 @@ async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             await cdb.save_handle(ctx.store, handle, cdb.UP)
             if row.get("autostop_minutes") is not None:
                 async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
-                    await c.set_autostop(float(row["autostop_minutes"]), bool(row.get("autostop_down")))
+                    await c.set_autostop(agent_idle_minutes(float(row["autostop_minutes"])),
+                                         bool(row.get("autostop_down")))
             await ctx.stage(f"START {name}", "done")
             done.append(name)
     return {"clusters": done}
@@ -109,7 +107,7 @@ async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         if handle is None or row["status"] != cdb.UP:
             raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first")
         async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
-            await c.set_autostop(minutes, down)
+            await c.set_autostop(agent_idle_minutes(minutes), down)
         await cdb.set_autostop(ctx.store, name, None if cancel else minutes, down)
         ctx.log(
             f"Autostop cancelled for {name}."
