@@ -150,6 +150,10 @@ class Cloud(ABC):
         """Offerings computed at plan time (local machine, ssh pools). None: use the catalog."""
         return None
 
+    def validate_location(self, region: str | None, zone: str | None) -> None:  # noqa: B027
+        """Raise a SkydError naming the fix for a region/zone this infra can never have
+        (e.g. an SSH pool name typo). Default: the catalog decides."""
+
     @abstractmethod
     def provisioner(self) -> Provisioner: ...
 

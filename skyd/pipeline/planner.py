@@ -122,6 +122,10 @@ def _catalog_for(task: Any, *, launchable_only: bool) -> Any:
 
     catalog = load_catalog()
     pins = _pins(task)
+    registered = set(registered_clouds())
+    for r in task.resources:
+        if r.cloud in registered:
+            get_cloud(r.cloud).validate_location(r.region, r.zone)
     enabled = _enabled_catalog_clouds(catalog, launchable_only=launchable_only)
     extra: list[Offering] = []
     for name in registered_clouds():

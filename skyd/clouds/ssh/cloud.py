@@ -45,6 +45,10 @@ class SSHCloud(Cloud):
     def pools(self) -> dict[str, Pool]:
         return load_pools(self.pools_path)
 
+    def validate_location(self, region: str | None, zone: str | None) -> None:
+        if region:
+            self.validate_pool(region)
+
     def validate_pool(self, name: str) -> Pool:
         """The pool ``name``; NotFoundError with a did-you-mean hint for a typo."""
         return get_pool(name, self.pools())
