@@ -136,7 +136,7 @@ def test_offerings_are_free_hosts_with_probed_gpus(skyd_home: Path) -> None:
 
 
 def test_cli_module_imports_no_asyncssh() -> None:
-    code = ("import sys, argparse, skyd.clouds.ssh.cli as c\n"
+    code = ("import sys, argparse, skyd.cli.cmd_ssh as c\n"
             "p = argparse.ArgumentParser(); c.register(p.add_subparsers())\n"
             "a = p.parse_args(['ssh', 'check', 'lab', '-o', 'json'])\n"
             "print(a.pool, a.output, 'asyncssh' in sys.modules, 'yaml' in sys.modules)")  # fmt: skip
@@ -147,7 +147,7 @@ def test_cli_module_imports_no_asyncssh() -> None:
 def test_cli_ls_json(skyd_home: Path) -> None:
     pools_file().parent.mkdir(parents=True)
     pools_file().write_text(GOOD)
-    out = subprocess.run([sys.executable, "-c", "import sys, argparse, skyd.clouds.ssh.cli as c\n"
+    out = subprocess.run([sys.executable, "-c", "import sys, argparse, skyd.cli.cmd_ssh as c\n"
                           "p = argparse.ArgumentParser(); c.register(p.add_subparsers())\n"
                           "a = p.parse_args(['ssh', 'ls', '-o', 'json']); sys.exit(a.func(a))"],
                          capture_output=True, text=True, check=True)  # fmt: skip

@@ -26,6 +26,6 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_launch",
     "skyd.cli.cmd_cluster",
     "skyd.cli.cmd_gpus",
-    "skyd.clouds.ssh.cli",
+    "skyd.cli.cmd_ssh",
     "skyd.jobs.cli",
 ]
