@@ -60,4 +60,6 @@ async def test_connection_dropped_mid_sync_is_retried(skyd_home: Path, tmp_path:
             assert listing(h.home / "wd") == listing(src)
             for f in ("d3/f3.txt", "d7/f399.txt"):
                 assert (h.home / "wd" / f).read_text() == (src / f).read_text()
-            assert st.files >= 400
+            # Files confirmed before the drop are counted; up to `parallel` (32) in-flight
+            # puts may have landed unconfirmed and are then skipped as up to date.
+            assert 400 - 32 <= st.files <= 400 + 32
