@@ -217,7 +217,7 @@ class LocalProvisioner(Provisioner):
             if self._pid_alive(pid):
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:
-                        os.killpg(pid, sig)
+                        os.killpg(os.getpgid(pid), sig)
                     except (ProcessLookupError, PermissionError):
                         break
                     await anyio.sleep(0.2)
@@ -279,7 +279,7 @@ class LocalProvisioner(Provisioner):
             info = self._agent_info(nd)
             if info and self._pid_alive(int(info["pid"])):
                 try:
-                    os.killpg(int(info["pid"]), signal.SIGKILL)
+                    os.killpg(os.getpgid(int(info["pid"])), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))

@@ -156,6 +156,9 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     except OSError:
         pass
     child_env = dict(os.environ if env is None else env)
+    if getattr(sys, "frozen", False):
+        # Agents outlive the daemon: never share its unpacked onefile bundle.
+        child_env["PYINSTALLER_RESET_ENVIRONMENT"] = "1"
     if not kw.get("zipapp"):
         pp = child_env.get("PYTHONPATH")
         child_env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + pp if pp else "")
@@ -167,7 +170,8 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_agent_json(home)
-        if info and info.get("pid") == proc.pid:
+        if info and (info.get("pid") == proc.pid or _parent_pid(info.get("pid")) == proc.pid):
+            # (a onefile frozen binary runs the agent in a child of the process we started)
             # Reap it when it exits (stop/down/autostop), or it lingers as our zombie.
             threading.Thread(target=proc.wait, name=f"reap-agent-{proc.pid}", daemon=True).start()
             return info
@@ -179,6 +183,14 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     proc.wait()
     tail = (home / "agent.log").read_bytes()[-2000:].decode(errors="replace")
     raise RuntimeError(f"node agent in {home} did not start (exit {proc.returncode}): {tail}")
+
+
+def _parent_pid(pid: Any) -> int | None:
+    try:
+        with open("/proc/%d/stat" % int(pid)) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
 
 
 async def start_agent_detached(home: Path, **kw: Any) -> dict[str, Any]:

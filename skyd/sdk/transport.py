@@ -269,6 +269,10 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
     env["SKYD_SOCKET"] = sp
+    if getattr(sys, "frozen", False):
+        # A frozen daemon must be its own instance: it outlives this CLI process, whose
+        # unpacked bundle (onefile) is removed when it exits.
+        env["PYINSTALLER_RESET_ENVIRONMENT"] = "1"
     errpath = logs / "daemon.stderr"
     with open(errpath, "ab") as err:
         proc = subprocess.Popen(
