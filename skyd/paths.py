@@ -31,6 +31,16 @@ def config_dir() -> Path:
     return Path(xdg) / "skyd"
 
 
+def cache_dir() -> Path:
+    """Downloads shared by every skyd instance of this user (e.g. the node agent's Python
+    3.8 dependency set): ``$SKYD_CACHE_DIR``, else ``$XDG_CACHE_HOME/skyd``."""
+    env = os.environ.get("SKYD_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "skyd"
+
+
 def socket_path() -> Path:
     env = os.environ.get("SKYD_SOCKET")
     if env:

@@ -5,12 +5,13 @@ left out (they cannot load from a zip); multidict runs its pure-Python fallback
 (MULTIDICT_NO_EXTENSIONS=1 is set in __main__). The archive is deterministic (sorted entries,
 fixed timestamps), so its sha256 identifies the version to upload.
 
-The deps are taken from `deps_dirs` first, then from this interpreter's sys.path. The venv's
-current multidict/hpack/typing_extensions need Python >= 3.9; for 3.8 nodes build with
-`deps_dirs=[DIR]` where DIR was filled by
-`pip install --target DIR --python-version 3.8 --only-binary=:all: --no-deps \\
-   'multidict<6.2' 'hpack<4.1' 'typing_extensions<4.14' h2 hyperframe grpclib \\
-   python-dateutil six 'betterproto==2.0.0b7'` (see docs/nodeagent.md).
+The deps are taken from `deps_dirs` first, then from this interpreter's sys.path. Those are
+the daemon's own (current) releases, which need Python >= 3.11 (multidict's pure-Python fallback uses typing.Self). So that a
+node needs only Python >= 3.8, the archive can also carry a second set, older releases of
+the same pure-Python packages (COMPAT_PINS, fetched once by skyd.nodeagent.compat_deps),
+under ``_py38/``; ``__main__`` puts it first on sys.path on an interpreter older than 3.11. Without
+that set, the agent says on such a node exactly what is missing instead of failing
+obscurely.
 """
 
 # ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
@@ -36,6 +37,15 @@ _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 MAIN = """import os, sys
 os.environ.setdefault("MULTIDICT_NO_EXTENSIONS", "1")
+if sys.version_info < (3, 11):
+    import zipfile
+    with zipfile.ZipFile(sys.path[0]) as _z:
+        _compat = "_py38/COMPAT" in _z.namelist()
+    if not _compat:
+        sys.exit("skyd node agent: this build carries dependencies for Python >= 3.11 only and "
+                 "this node has %d.%d; rebuild the agent with network access to PyPI (it then "
+                 "adds a Python 3.8 set) or install Python >= 3.11 as python3" % sys.version_info[:2])
+    sys.path.insert(0, os.path.join(sys.path[0], "_py38"))
 from skyd.nodeagent.__main__ import main
 main()
 """
@@ -74,9 +84,23 @@ def _collect(root: Path, arc_prefix: str, out: dict[str, bytes]) -> None:
                 out[str(Path(arc_prefix) / rel / fn)] = (Path(dirpath) / fn).read_bytes()
 
 
+def _add_deps(files: dict[str, bytes], dirs: Sequence[str], prefix: str) -> None:
+    for name, dist in DEPS.items():
+        root = _module_root(name, dirs)
+        _collect(root, prefix + (name if root.is_dir() else root.name), files)
+        version = _dist_version(dist, root.parent)
+        files[f"{prefix}{dist}-{version}.dist-info/METADATA"] = (
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        ).encode()
+
+
 def build_zipapp(out_path: Path, *, deps_dirs: Sequence[str] | None = None,
+                 compat_dir: str | Path | None = None,
                  interpreter: str = "/usr/bin/env python3") -> str:  # fmt: skip
-    """Write the agent zipapp to out_path; return its sha256 hex digest."""
+    """Write the agent zipapp to out_path; return its sha256 hex digest.
+
+    `compat_dir`: a --target directory of COMPAT_PINS (see compat_deps), packed under _py38/
+    for nodes with Python 3.8/3.9."""
     dirs: list[str] = list(deps_dirs or [])
     env_dir = os.environ.get("SKYD_AGENT_DEPS_DIR")
     if env_dir:
@@ -85,13 +109,14 @@ def build_zipapp(out_path: Path, *, deps_dirs: Sequence[str] | None = None,
     files: dict[str, bytes] = {"__main__.py": MAIN.encode(), "skyd/__init__.py": SKYD_INIT.encode()}
     _collect(pkg, "skyd/nodeagent", files)
     _collect(pkg.parent / "proto", "skyd/proto", files)
-    for name, dist in DEPS.items():
-        root = _module_root(name, dirs)
-        _collect(root, name if root.is_dir() else root.name, files)
-        version = _dist_version(dist, root.parent)
-        files[f"{dist}-{version}.dist-info/METADATA"] = (
-            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
-        ).encode()
+    _add_deps(files, dirs, "")
+    if compat_dir is not None:
+        # Only from compat_dir: never fall back to this interpreter's (too new) releases.
+        for name in DEPS:
+            if not any((Path(compat_dir) / c).exists() for c in (name, name + ".py")):
+                raise RuntimeError(f"{compat_dir} lacks {name}: fetch the compat set again")
+        _add_deps(files, [str(compat_dir)], "_py38/")
+        files["_py38/COMPAT"] = b"dependencies for Python 3.8 and 3.9\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for arc in sorted(files):

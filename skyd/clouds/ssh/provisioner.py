@@ -59,12 +59,30 @@ async def agent_zipapp() -> tuple[Path, str]:
     async with lock:
         if key in _ZIPAPP_CACHE and _ZIPAPP_CACHE[key][0].exists():
             return _ZIPAPP_CACHE[key]
+        from skyd.nodeagent.compat_deps import bundled_zipapp, ensure_compat_deps
         from skyd.nodeagent.zipapp import build_zipapp
 
         d = paths.home() / "ssh"
         d.mkdir(parents=True, exist_ok=True)
+        prebuilt = bundled_zipapp()  # a frozen skyd carries one (no sources to pack)
+        if prebuilt is not None:
+            import hashlib
+
+            data = await anyio.to_thread.run_sync(prebuilt.read_bytes)
+            sha = hashlib.sha256(data).hexdigest()
+            final = d / f"agent-{sha}.pyz"
+            if not final.exists():
+                await anyio.to_thread.run_sync(final.write_bytes, data)
+            _ZIPAPP_CACHE[key] = (final, sha)
+            return final, sha
         tmp = d / f"agent-build-{os.getpid()}-{secrets.token_hex(4)}.pyz"
-        sha = await anyio.to_thread.run_sync(build_zipapp, tmp)
+        # Nodes with Python 3.8-3.10 run the older dependency set the zipapp also carries.
+        compat = await anyio.to_thread.run_sync(ensure_compat_deps, paths.cache_dir())
+
+        def build() -> str:
+            return build_zipapp(tmp, compat_dir=compat)
+
+        sha = await anyio.to_thread.run_sync(build)
         final = d / f"agent-{sha}.pyz"
         tmp.replace(final)
         _ZIPAPP_CACHE[key] = (final, sha)
