@@ -121,3 +121,23 @@ def test_cancel_running_job_tears_its_cluster_down(daemon: Any, skyd_home: Path,
     seen = _watch(jid, {"CANCELLED"})
     assert seen[-1] == "CANCELLED"
     _no_clusters_left(skyd_home)
+
+
+def test_pipeline_runs_tasks_in_order_each_on_its_own_cluster(daemon: Any, skyd_home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "order.txt"
+    f = tmp_path / "pipe.yaml"
+    f.write_text(
+        "name: pipe\n---\n"
+        f"name: prep\n{SPOT}run: echo prep >> {out}\n---\n"
+        f"name: train\n{SPOT}run: echo train >> {out}; echo task $SKYPILOT_TASK_ID\n"
+    )
+    r = cli("jobs", "launch", "-d", "-o", "json", str(f))
+    assert r.returncode == 0, r.stderr
+    import json
+
+    jid = int(json.loads(r.stdout)["job_id"])
+    seen = _watch(jid, {"SUCCEEDED", "FAILED", "FAILED_NO_RESOURCE"})
+    assert seen[-1] == "SUCCEEDED", seen
+    assert out.read_text().split() == ["prep", "train"]
+    assert _job(jid)["current_task"] == 1
+    _no_clusters_left(skyd_home)
