@@ -148,7 +148,34 @@ def run_launch(args: argparse.Namespace) -> int:
         minimize=args.minimize,
     )
     client = get_client()
+    if not _confirmed(client, payload, args):
+        print("Aborted.", file=sys.stderr)
+        return 1
     return _finish(client, client.submit("launch", payload), args)
+
+
+def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Like `sky launch`: show the plan and ask before making a new cluster (interactive
+    terminals only; -y, --dryrun, --async and -o json never ask)."""
+    if args.yes or args.dryrun or args.async_ or args.output == "json":
+        return True
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return True
+    if args.cluster and client.get("/v1/status", {"name": [args.cluster]}):
+        return True  # an existing cluster is reused (or restarted): nothing new is made
+    from skyd.cli.progress import follow_request
+
+    with open(os.devnull, "w") as quiet:
+        plan = follow_request(client, client.submit("launch", {**payload, "dryrun": True}),
+                              out=quiet, err=quiet)
+    if isinstance(plan, dict) and plan.get("table"):
+        print(plan["table"], file=sys.stderr)
+    what = f"cluster '{args.cluster}'" if args.cluster else "cluster"
+    try:
+        answer = input(f"Launching a new {what}. Proceed? [Y/n]: ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("", "y", "yes")
 
 
 def run_exec(args: argparse.Namespace) -> int:

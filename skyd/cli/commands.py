@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_launch",
     "skyd.cli.cmd_cluster",
     "skyd.cli.cmd_gpus",
+    "skyd.cli.cmd_check",
     "skyd.cli.cmd_ssh",
     "skyd.jobs.cli",
 ]

@@ -175,4 +175,8 @@ def _print_logs(client: Any, job_id: int, *, follow: bool, controller: bool) -> 
     for item in client.stream_ndjson(f"/v1/jobs/{job_id}/logs", params):
         sys.stdout.write(item.get("text", ""))
         sys.stdout.flush()
-    return 0
+    if not follow or controller:
+        return 0
+    # Followed to the end: exit like the job did (0 only when it SUCCEEDED).
+    status = client.get(f"/v1/jobs/{job_id}").get("status")
+    return 0 if status == "SUCCEEDED" else 1

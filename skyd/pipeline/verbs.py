@@ -118,6 +118,28 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
     return {"clusters": rows, "total_cost": sum(r["cost"] for r in rows)}
 
 
+async def _check(ctx: Any, request: Any) -> Any:
+    """Every infra this daemon knows: can it launch, can it only be planned, and why."""
+    from skyd.clouds.base import registered_clouds
+    from skyd.clouds.catalog import IMPLEMENTED, load_catalog
+
+    catalog = await anyio.to_thread.run_sync(load_catalog)
+    out = []
+    registered = set(registered_clouds())
+    for name in sorted(registered):
+        ok, reason = get_cloud(name).check()
+        out.append({"infra": name, "launch": ok, "plan": ok, "reason": reason})
+    for name in catalog.clouds:
+        if name in registered:
+            continue
+        planned = name in catalog.enabled
+        why = "planning only (SKYD_CATALOG_DIR)" if planned else (
+            "catalog only: no provider module in this build yet"
+            if not IMPLEMENTED.get(name) else "no credentials found")
+        out.append({"infra": name, "launch": False, "plan": planned, "reason": why})
+    return out
+
+
 async def _refresher(daemon: Any) -> None:
     """Keeps cluster rows honest: autostopped nodes, dead agents, vanished instances."""
     while True:
@@ -155,6 +177,7 @@ def _register() -> None:
     register_read("GET", "/v1/clusters/{cluster}/jobs/{job_id}/logs", _logs, summary="A job's log")
     register_read("POST", "/v1/status/refresh", _refresh, summary="Refresh clusters from agents")
     register_read("GET", "/v1/cost-report", _cost_report, summary="Cost of clusters")
+    register_read("GET", "/v1/check", _check, summary="Which infras can launch or be planned")
     on_startup(_startup)
 
 

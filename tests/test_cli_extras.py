@@ -1,0 +1,56 @@
+"""CLI behaviour SkyPilot users expect: `skyd check`, the launch confirmation, exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_daemon_support import SKYD_BIN, cli, running_daemon
+
+
+@pytest.fixture
+def daemon(skyd_home: Path) -> Iterator[Any]:
+    with running_daemon() as d:
+        yield d
+        cli("down", "-a", "-y")
+
+
+def test_check_lists_launchable_and_catalog_only_infras(daemon: Any) -> None:
+    r = cli("check", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["infra"]: row for row in json.loads(r.stdout)}
+    assert rows["local"]["launch"] and rows["local"]["plan"]
+    assert not rows["aws"]["launch"] and "catalog only" in rows["aws"]["reason"]
+    assert not rows["ssh"]["launch"] and "ssh_node_pools.yaml" in rows["ssh"]["reason"]
+    assert "vultr" in rows  # AMD MI-series providers are listed beside the rest
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux `script` for a TTY")
+def test_launch_asks_before_making_a_new_cluster(daemon: Any) -> None:
+    def launch(answer: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["script", "-qec", f"{SKYD_BIN} launch -c asked 'echo launched-ok'", "/dev/null"],
+            input=answer, capture_output=True, text=True, timeout=120,
+        )
+
+    no = launch("n\n")
+    assert "Launching a new cluster 'asked'. Proceed? [Y/n]" in no.stdout
+    assert "Aborted." in no.stdout and no.returncode != 0
+    assert json.loads(cli("status", "-o", "json").stdout) == []  # nothing was made
+    yes = launch("y\n")
+    assert yes.returncode == 0 and "launched-ok" in yes.stdout
+    # Reusing an existing cluster does not ask; neither does -y (used everywhere else).
+    again = launch("")
+    assert "Proceed?" not in again.stdout and "launched-ok" in again.stdout
+
+
+def test_failed_job_makes_launch_exit_nonzero(daemon: Any) -> None:
+    r = cli("launch", "-y", "-c", "failing", "echo before; exit 4")
+    assert r.returncode == 1
+    assert "before" in r.stdout and "FAILED (exit code 4)" in r.stderr
