@@ -96,9 +96,10 @@ async def bench_sync(tmp: Path, n: int, size: int, use_sshd: bool) -> None:
         if why:
             print(f"  [real sshd] skipped: {why}")
             return
-        work = Path(tempfile.mkdtemp(prefix="skyd-sshd-"))
-        os.chmod(tmp, 0o755)
-        os.chmod(tmp.parent, 0o755)
+        # sshd reads the test user's keys from here: a dir of our own under /var/tmp, never
+        # a chmod of a shared /tmp.
+        work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp"))
+        os.chmod(work, 0o755)
         try:
             async with real_sshd(work) as s:
                 await run("real OpenSSH", SSHTarget(s.host, s.port, s.user, str(s.key)), str(s.home))

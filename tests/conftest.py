@@ -9,6 +9,18 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_tmp_untouched() -> Iterator[None]:
+    """Nothing skyd or its tests do may change the mode of the shared /tmp (a daemon once
+    tightened its socket's parent directory, and SKYD_SOCKET=/tmp/x.sock made that /tmp)."""
+    import stat
+
+    before = stat.S_IMODE(os.stat("/tmp").st_mode)
+    yield
+    after = stat.S_IMODE(os.stat("/tmp").st_mode)
+    assert after == before, f"/tmp mode changed during the tests: {oct(before)} -> {oct(after)}"
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -36,4 +48,3 @@ def skyd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         sockdir.rmdir()
     except OSError:
         pass
-    _ = os  # keep import for helpers that extend this fixture

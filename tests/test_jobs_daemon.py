@@ -10,7 +10,9 @@ from typing import Any
 from skyd.sdk.transport import Client
 from tests.test_daemon_support import running_daemon, wait_for
 
-ENV = {"SKYD_EXTRA_PLUGINS": "skyd.jobs.verbs", "SKYD_JOBS_SIM": "1", "SKYD_JOBS_POLL": "0.05"}
+# Simulated jobs last 4 s: long enough to be seen RUNNING (and cancelled) on a loaded machine.
+ENV = {"SKYD_EXTRA_PLUGINS": "skyd.jobs.verbs", "SKYD_JOBS_SIM": "1", "SKYD_JOBS_POLL": "0.05",
+       "SKYD_JOBS_SIM_DURATION": "4"}
 
 
 def _result(c: Client, rid: str) -> Any:
@@ -40,7 +42,7 @@ def test_launch_queue_cancel_logs_and_kill9(skyd_home: Path) -> None:
         d.kill9()  # the job keeps "running" on the simulated cloud
     t0 = time.monotonic()
     with running_daemon(**ENV), Client(autostart=False) as c:
-        wait_for(lambda: _status(c, a) == "SUCCEEDED", 10)
+        wait_for(lambda: _status(c, a) == "SUCCEEDED", 15)
         job = c.get(f"/v1/jobs/{a}")
         assert len(job["attempts"]) == 1 and job["recoveries"] == 0  # re-attached
         ctl = "".join(x["text"] for x in c.stream_ndjson(f"/v1/jobs/{a}/logs", {"controller": 1}))

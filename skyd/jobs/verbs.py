@@ -64,7 +64,10 @@ async def _startup(daemon: Daemon) -> None:
     if os.environ.get("SKYD_JOBS_SIM") == "1":
         from skyd.jobs.sim import SimClusterOps
 
-        ops: ClusterOps = SimClusterOps(state_file=paths.home() / "jobs-sim.json")
+        ops: ClusterOps = SimClusterOps(
+            state_file=paths.home() / "jobs-sim.json",
+            default_duration=float(os.environ.get("SKYD_JOBS_SIM_DURATION") or 1.0),
+        )
     elif _FACTORY:
         ops = _FACTORY[0](daemon)
     else:
