@@ -12,6 +12,7 @@ from skyd.pipeline.agents import agent
 
 WAITING = {"INIT", "PENDING"}
 POLL_S = 0.2
+RUNNING_POLL_S = 1.0
 
 
 def _find(queue: list[dict[str, Any]], job_id: int) -> dict[str, Any] | None:
@@ -74,7 +75,15 @@ async def follow_job(
                     if exec_started:
                         await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
                     return
-                await anyio.sleep(POLL_S)
+                # Quick while the job starts (stage lines), then 1 s while it runs; the end of
+                # its log stream (the job is over) wakes this at once.
+                if logs_done.is_set():
+                    # The agent ends the stream once the job is terminal: normally the poll
+                    # right after sees it; if not (stream broke), keep polling quickly.
+                    await anyio.sleep(POLL_S)
+                    continue
+                with anyio.move_on_after(POLL_S if not exec_started else RUNNING_POLL_S):
+                    await logs_done.wait()
 
     async def stream_logs() -> None:
         try:
