@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import anyio
 
 from skyd.clouds.base import (
     NODE_PREEMPTED,
@@ -11,7 +14,7 @@ from skyd.clouds.base import (
     NODE_TERMINATED,
     get_cloud,
 )
-from skyd.errors import ClusterStateError, NotFoundError
+from skyd.errors import ClusterStateError, NotFoundError, SkydError
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline.agents import agent, agent_healthy, agent_idle_minutes
 from skyd.pipeline.locks import cluster_lock
@@ -39,60 +42,89 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
     return {"cluster": name, "status": "TERMINATED"}
 
 
-async def run_down(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+async def _for_each(
+    ctx: Any, payload: dict[str, Any], one: Callable[[str], Awaitable[bool]]
+) -> dict[str, Any]:
+    """Run `one(name)` for every target cluster concurrently, each under its cluster lock.
+    One cluster's failure does not stop the others; it is reported at the end."""
     names = await _targets(ctx.store, payload)
-    done = []
-    for name in names:
+    done: list[str] = []
+    errors: list[tuple[str, SkydError]] = []
+
+    async def run(name: str) -> None:
         async with cluster_lock(name):
-            await ctx.stage(f"DOWN {name}", "start")
-            await down_cluster(ctx, name)
-            await ctx.stage(f"DOWN {name}", "done")
-            done.append(name)
-    return {"clusters": done}
+            try:
+                if await one(name):
+                    done.append(name)
+            except SkydError as e:
+                errors.append((name, e))
+                ctx.log(f"{name}: {e}")
+
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            tg.start_soon(run, name)
+    if len(errors) == 1 and len(names) == 1:
+        raise errors[0][1]
+    if errors:
+        raise SkydError(
+            f"{len(errors)} of {len(names)} clusters failed: "
+            + "; ".join(f"{n}: {e}" for n, e in errors),
+            hint="the others were done; see `skyd status`",
+        )
+    return {"clusters": sorted(done)}
+
+
+async def run_down(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    async def one(name: str) -> bool:
+        await ctx.stage(f"DOWN {name}", "start")
+        await down_cluster(ctx, name)
+        await ctx.stage(f"DOWN {name}", "done")
+        return True
+
+    return await _for_each(ctx, payload, one)
 
 
 async def run_stop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    names = await _targets(ctx.store, payload)
-    done = []
-    for name in names:
-        async with cluster_lock(name):
-            row = await cdb.require_cluster(ctx.store, name)
-            handle = cdb.handle_of(row)
-            if handle is None:
-                raise ClusterStateError(f"cluster {name!r} is still provisioning", hint="wait, or `skyd down` it")
-            if row["status"] == cdb.STOPPED:
-                ctx.log(f"Cluster {name} is already stopped.")
-                continue
-            await ctx.stage(f"STOP {name}", "start")
-            await get_cloud(handle.cloud).provisioner().stop(handle, ctx.log)
-            await cdb.set_status(ctx.store, name, cdb.STOPPED, "stopped by user")
-            await ctx.stage(f"STOP {name}", "done")
-            done.append(name)
-    return {"clusters": done}
+    async def one(name: str) -> bool:
+        row = await cdb.require_cluster(ctx.store, name)
+        handle = cdb.handle_of(row)
+        if handle is None:
+            raise ClusterStateError(f"cluster {name!r} is still provisioning",
+                                    hint="wait, or `skyd down` it")
+        if row["status"] == cdb.STOPPED:
+            ctx.log(f"Cluster {name} is already stopped.")
+            return False
+        await ctx.stage(f"STOP {name}", "start")
+        await get_cloud(handle.cloud).provisioner().stop(handle, ctx.log)
+        await cdb.set_status(ctx.store, name, cdb.STOPPED, "stopped by user")
+        await ctx.stage(f"STOP {name}", "done")
+        return True
+
+    return await _for_each(ctx, payload, one)
 
 
 async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    names = await _targets(ctx.store, payload)
-    done = []
-    for name in names:
-        async with cluster_lock(name):
-            row = await cdb.require_cluster(ctx.store, name)
-            handle = cdb.handle_of(row)
-            if handle is None:
-                raise ClusterStateError(f"cluster {name!r} has no nodes yet", hint=f"`skyd down {name}` and launch again")
-            if row["status"] == cdb.UP and await agent_healthy(get_cloud(handle.cloud).provisioner(), handle):
-                ctx.log(f"Cluster {name} is already UP.")
-                continue
-            await ctx.stage(f"START {name}", "start")
-            handle = await get_cloud(handle.cloud).provisioner().start(handle, ctx.log)
-            await cdb.save_handle(ctx.store, handle, cdb.UP)
-            if row.get("autostop_minutes") is not None:
-                async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
-                    await c.set_autostop(agent_idle_minutes(float(row["autostop_minutes"])),
-                                         bool(row.get("autostop_down")))
-            await ctx.stage(f"START {name}", "done")
-            done.append(name)
-    return {"clusters": done}
+    async def one(name: str) -> bool:
+        row = await cdb.require_cluster(ctx.store, name)
+        handle = cdb.handle_of(row)
+        if handle is None:
+            raise ClusterStateError(f"cluster {name!r} has no nodes yet",
+                                    hint=f"`skyd down {name}` and launch again")
+        prov = get_cloud(handle.cloud).provisioner()
+        if row["status"] == cdb.UP and await agent_healthy(prov, handle):
+            ctx.log(f"Cluster {name} is already UP.")
+            return False
+        await ctx.stage(f"START {name}", "start")
+        handle = await prov.start(handle, ctx.log)
+        await cdb.save_handle(ctx.store, handle, cdb.UP)
+        if row.get("autostop_minutes") is not None:
+            async with agent(prov, handle) as c:
+                await c.set_autostop(agent_idle_minutes(float(row["autostop_minutes"])),
+                                     bool(row.get("autostop_down")))
+        await ctx.stage(f"START {name}", "done")
+        return True
+
+    return await _for_each(ctx, payload, one)
 
 
 async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
