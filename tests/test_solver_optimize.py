@@ -194,3 +194,25 @@ def test_gpu_listing(cat: Catalog) -> None:
     assert regions[0]["price"] == 32.7726
     with pytest.raises(NotFoundError, match="did you mean"):
         gpu_listing(cat, "H1000")
+
+
+def test_registered_runtime_estimator_drives_the_time_objective(cat: Catalog) -> None:
+    from skyd.solver import register_runtime_estimator, unregister_runtime_estimator
+
+    req = [ResourceRequest(accelerator="A100", accelerator_count=8),
+           ResourceRequest(accelerator="H100", accelerator_count=8)]
+    # Say this model runs 10x faster on A100s (e.g. learnt from past runs of the task).
+    def est(task: str, acc: str | None, count: float, instance_type: str) -> float | None:
+        if task != "train":
+            return None
+        return 600.0 if acc == "A100" else 6000.0
+
+    register_runtime_estimator(est)
+    try:
+        best = optimize(DagRequest([TaskRequest("train", req)]), cat, minimize="time")[0]
+        assert best.tasks[0].chosen.accelerators == {"A100": 8}
+        assert best.makespan_s == pytest.approx(600.0)
+        other = optimize(DagRequest([TaskRequest("other", req)]), cat, minimize="time")[0]
+        assert other.tasks[0].chosen.accelerators == {"H100": 8}  # the built-in speed model
+    finally:
+        unregister_runtime_estimator(est)

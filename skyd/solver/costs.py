@@ -11,6 +11,7 @@ Transfer time: a fixed 10 Gbps between different locations, zero within one (as 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 _INF = math.inf
 
@@ -78,6 +79,32 @@ def egress_time_s(same_location: bool, gb: float) -> float:
     if gb <= 0 or same_location:
         return 0.0
     return gb * 8.0 / BANDWIDTH_GBPS
+
+
+# A runtime estimator: (task name, accelerator, count, instance type) -> seconds, or None
+# when it has no opinion. Registered estimators are asked first, most recent first.
+RuntimeEstimator = Callable[[str, str | None, float, str], float | None]
+_ESTIMATORS: list[RuntimeEstimator] = []
+
+
+def register_runtime_estimator(fn: RuntimeEstimator) -> RuntimeEstimator:
+    """Plug in a runtime model (e.g. from past runs). Usable as a decorator; idempotent."""
+    if fn not in _ESTIMATORS:
+        _ESTIMATORS.insert(0, fn)
+    return fn
+
+
+def unregister_runtime_estimator(fn: RuntimeEstimator) -> None:
+    if fn in _ESTIMATORS:
+        _ESTIMATORS.remove(fn)
+
+
+def estimated_runtime_s(task_name: str, acc: str | None, count: float, instance_type: str) -> float | None:
+    for fn in _ESTIMATORS:
+        v = fn(task_name, acc, count, instance_type)
+        if v is not None:
+            return float(v)
+    return None
 
 
 def runtime_s(

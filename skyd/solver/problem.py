@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from skyd.solver.candidates import Candidate
-from skyd.solver.costs import egress_cost, egress_time_s, runtime_s
+from skyd.solver.costs import egress_cost, egress_time_s, estimated_runtime_s, runtime_s
 from skyd.solver.request import DagRequest
 
 Loc = tuple[str, str]
@@ -131,7 +131,9 @@ def build_problem(
         rc = ref.accelerator_count if ref else 0.0
         ps, ss, rs = [], [], []
         for c in cs:
-            rt = runtime_s(task.estimated_runtime_s, ra, rc, c.accelerator, c.accelerator_count, use_speed)
+            est = estimated_runtime_s(task.name, c.accelerator, c.accelerator_count, c.instance_type)
+            rt = est if est is not None else runtime_s(
+                task.estimated_runtime_s, ra, rc, c.accelerator, c.accelerator_count, use_speed)
             cost = c.hourly_cost * rt / 3600.0
             t = rt
             if task.input_gb > 0 and task.input_cloud:
