@@ -54,3 +54,37 @@ def test_failed_job_makes_launch_exit_nonzero(daemon: Any) -> None:
     r = cli("launch", "-y", "-c", "failing", "echo before; exit 4")
     assert r.returncode == 1
     assert "before" in r.stdout and "FAILED (exit code 4)" in r.stderr
+
+
+def test_dryrun_of_a_pipeline_plans_the_chain_with_egress(skyd_home: Path, tmp_path: Path) -> None:
+    import skyd.clouds
+
+    cat = tmp_path / "catalogs"
+    cat.mkdir()
+    data = Path(skyd.clouds.__file__).parent / "data"
+    for c in ("aws", "runpod"):
+        shutil.copy(data / f"{c}.csv", cat / f"{c}.csv")
+    f = tmp_path / "chain.yaml"
+    f.write_text(
+        "name: pipeline\n---\n"
+        "name: prep\nresources:\n  cpus: 8+\noutputs:\n  s3://b/clean: 50\nrun: x\n---\n"
+        "name: train\nresources:\n  accelerators: {A100:8, H100:8}\nrun: y\n"
+    )
+    with running_daemon(SKYD_CATALOG_DIR=str(cat)):
+        r = cli("launch", "--dryrun", "-o", "json", str(f))
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert [t["name"] for t in plan["tasks"]] == ["prep", "train"]
+        prep, train = (t["chosen"] for t in plan["tasks"])
+        assert train["accelerators"] in ({"A100": 8}, {"H100": 8})
+        # 50 GB leave prep's location for train's: co-located costs no egress, else the
+        # estimate carries it.
+        if (prep["cloud"], prep["region"]) == (train["cloud"], train["region"]):
+            assert plan["estimated_cost"] == pytest.approx(plan["total_hourly_cost"])
+        else:
+            assert plan["estimated_cost"] > plan["total_hourly_cost"]
+        table = cli("launch", "--dryrun", str(f))
+        assert "Considered resources for task 'prep'" in table.stdout
+        assert "Considered resources for task 'train'" in table.stdout
+        # Nothing was launched.
+        assert json.loads(cli("status", "-o", "json").stdout) == []

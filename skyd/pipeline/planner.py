@@ -103,8 +103,8 @@ def to_request(task: Any) -> TaskRequest:
     )
 
 
-def _pins(task: Any) -> set[str]:
-    return {r.cloud for r in task.resources if r.cloud}
+def _pins(tasks: list[Any]) -> set[str]:
+    return {r.cloud for t in tasks for r in t.resources if r.cloud}
 
 
 def _enabled_catalog_clouds(catalog: Any, *, launchable_only: bool) -> set[str]:
@@ -116,14 +116,14 @@ def _enabled_catalog_clouds(catalog: Any, *, launchable_only: bool) -> set[str]:
     return enabled
 
 
-def _catalog_for(task: Any, *, launchable_only: bool) -> Any:
+def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
     import skyd.clouds.local  # noqa: F401 - registers `local`
     from skyd.clouds.catalog import load_catalog
 
     catalog = load_catalog()
-    pins = _pins(task)
+    pins = _pins(tasks)
     registered = set(registered_clouds())
-    for r in task.resources:
+    for r in (r for t in tasks for r in t.resources):
         if r.cloud in registered:
             get_cloud(r.cloud).validate_location(r.region, r.zone)
     enabled = _enabled_catalog_clouds(catalog, launchable_only=launchable_only)
@@ -142,12 +142,19 @@ def _catalog_for(task: Any, *, launchable_only: bool) -> Any:
     return catalog.with_enabled(enabled).with_extra(extra)
 
 
-def _solve(task: Any, blocked: list[Block], minimize: str, launchable_only: bool) -> list[Any]:
+def _solve_dag(
+    tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
+    launchable_only: bool,
+) -> list[Any]:
     from skyd.solver import optimize
 
-    catalog = _catalog_for(task, launchable_only=launchable_only)
-    dag = DagRequest(tasks=[to_request(task)], edges=[])
+    catalog = _catalog_for(tasks, launchable_only=launchable_only)
+    dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
     return list(optimize(dag, catalog, minimize=minimize, blocked=blocked))
+
+
+def _solve(task: Any, blocked: list[Block], minimize: str, launchable_only: bool) -> list[Any]:
+    return _solve_dag([task], [], blocked, minimize, launchable_only)
 
 
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
@@ -194,12 +201,15 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost") 
     return choices
 
 
-async def dryrun(task: Any, *, minimize: str = "cost") -> dict[str, Any]:
+async def dryrun(dag: Any, *, minimize: str = "cost") -> dict[str, Any]:
+    """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included),
+    over every enabled catalog, launchable here or not."""
     import anyio
 
     from skyd.solver import format_plan_table, plan_to_json
 
-    plans = await anyio.to_thread.run_sync(_solve, task, [], minimize, False)
+    plans = await anyio.to_thread.run_sync(
+        _solve_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, False)
     out = plan_to_json(plans[0])
     out["table"] = format_plan_table(plans[0])
     out["dryrun"] = True
