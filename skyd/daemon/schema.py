@@ -91,7 +91,26 @@ CREATE TABLE replicas (
 CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT);
 """
 
-MIGRATIONS: list[Migration] = [_V1]
+async def _add_columns(db: Any, table: str, columns: dict[str, str]) -> None:
+    """ALTER TABLE ADD COLUMN for each column not there yet (a component may have added it
+    itself on an older database, e.g. the managed-jobs store)."""
+    cur = await db.execute(f"PRAGMA table_info({table})")
+    have = {row[1] for row in await cur.fetchall()}
+    for name, decl in columns.items():
+        if name not in have:
+            await db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+
+
+async def _v2(db: Any) -> None:
+    """Usage accounting (a STOPPED cluster costs nothing) and the managed-jobs columns."""
+    await _add_columns(db, "clusters", {"up_since": "REAL", "billed_s": "REAL NOT NULL DEFAULT 0"})
+    await _add_columns(db, "managed_jobs", {
+        "retry_until_up": "INTEGER NOT NULL DEFAULT 0", "exit_code": "INTEGER",
+        "last_cloud": "TEXT", "last_zone": "TEXT",
+    })
+
+
+MIGRATIONS: list[Migration] = [_V1, _v2]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

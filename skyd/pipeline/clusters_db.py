@@ -73,6 +73,30 @@ async def insert_init(
     _changed("clusters", {"name": name, "status": INIT})
 
 
+async def _bill(db: Any, name: str, status: str, now: float) -> None:
+    """Usage accounting, inside the transaction that changes the status: a cluster is billed
+    while its nodes exist and are not stopped (UP, or INIT when unhealthy)."""
+    cur = await db.execute("SELECT up_since FROM clusters WHERE name = ?", (name,))
+    row = await cur.fetchone()
+    if row is None:
+        return
+    up_since = row[0]
+    if status == STOPPED and up_since is not None:
+        await db.execute(
+            "UPDATE clusters SET billed_s = billed_s + ?, up_since = NULL WHERE name = ?",
+            (max(0.0, now - float(up_since)), name),
+        )
+    elif status != STOPPED and up_since is None:
+        await db.execute("UPDATE clusters SET up_since = ? WHERE name = ?", (now, name))
+
+
+def billed_seconds(row: dict[str, Any], now: float | None = None) -> float:
+    """Seconds of billable use so far (stopped periods excluded)."""
+    now = time.time() if now is None else now
+    up = row.get("up_since")
+    return float(row.get("billed_s") or 0.0) + (max(0.0, now - float(up)) if up else 0.0)
+
+
 async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: str = "") -> None:
     now = time.time()
     async with store.tx() as db:
@@ -96,16 +120,20 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
                 handle.cluster_name,
             ),
         )
+        await _bill(db, handle.cluster_name, status, now)
     _changed("clusters", {"name": handle.cluster_name, "status": status})
 
 
 async def set_status(store: Any, name: str, status: str, reason: str = "") -> None:
+    now = time.time()
     async with store.tx() as db:
         await db.execute(
             "UPDATE clusters SET status = ?, status_reason = ?, status_updated_at = ?"
             " WHERE name = ?",
-            (status, reason, time.time(), name),
+            (status, reason, now, name),
         )
+        if status != INIT:  # INIT here means "unhealthy": its nodes still exist (billed)
+            await _bill(db, name, status, now)
     _changed("clusters", {"name": name, "status": status})
 
 
@@ -130,7 +158,7 @@ async def remove_cluster(store: Any, name: str) -> None:
         return
     now = time.time()
     launched = float(row.get("launched_at") or now)
-    duration = max(0.0, now - launched)
+    duration = billed_seconds(row, now)  # stopped periods cost nothing
     cost = float(row.get("hourly_cost") or 0.0) * duration / 3600.0
     async with store.tx() as db:
         if row.get("handle"):

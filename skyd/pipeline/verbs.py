@@ -102,7 +102,7 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
     rows = []
     for r in await ctx.store.fetchall("SELECT * FROM clusters"):
         r = dict(r)
-        dur = max(0.0, now - float(r.get("launched_at") or now))
+        dur = cdb.billed_seconds(r, now)  # time UP (or unhealthy); stopped periods are free
         rows.append(
             {"name": r["name"], "status": r["status"], "cloud": r.get("cloud"),
              "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
