@@ -73,32 +73,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _entry(parts: list[str]) -> dict[str, Any]:
     """A YAML file path, or an inline command (like sky launch 'echo hi')."""
-    if len(parts) == 1 and parts[0].endswith((".yaml", ".yml")):
-        path = os.path.abspath(os.path.expanduser(parts[0]))
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            from skyd.errors import InvalidSpecError
+    from skyd.sdk.payloads import task_source
 
-            raise InvalidSpecError(f"cannot read {parts[0]}: {e.strerror}",
-                                   hint="check the path of the task YAML") from None
-        return {"yaml": text, "yaml_path": path, "base_dir": os.path.dirname(path)}
-    return {"command": " ".join(parts), "base_dir": os.getcwd()}
+    if len(parts) == 1 and parts[0].endswith((".yaml", ".yml")):
+        return task_source(parts[0])
+    return task_source(command=" ".join(parts))
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     infra = args.infra
     if not infra and (args.cloud or args.region or args.zone):
         infra = "/".join(x or "*" for x in (args.cloud, args.region, args.zone)).rstrip("/*")
-    o = {
+    return {
         "gpus": args.gpus, "cpus": args.cpus, "memory": args.memory, "infra": infra,
         "instance_type": args.instance_type, "num_nodes": args.num_nodes,
         "use_spot": args.use_spot, "disk_size": args.disk_size, "image_id": args.image_id,
-        "ports": args.ports, "name": args.task_name,
-        "workdir": os.path.abspath(args.workdir) if args.workdir else None,
+        "ports": args.ports, "name": args.task_name, "workdir": args.workdir,
     }
-    return {k: v for k, v in o.items() if v is not None}
 
 
 def _finish(client: Any, rid: str, args: argparse.Namespace) -> int:
@@ -139,13 +130,13 @@ def _finish(client: Any, rid: str, args: argparse.Namespace) -> int:
 
 def run_launch(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.sdk.payloads import launch_payload
 
-    payload = _entry(args.entrypoint)
-    payload.update(
-        env=collect_env(args), cluster_name=args.cluster, overrides=_overrides(args),
+    payload = launch_payload(
+        _entry(args.entrypoint), env=collect_env(args), cluster_name=args.cluster,
         dryrun=args.dryrun, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
         down=args.down, no_setup=args.no_setup, retry_until_up=args.retry_until_up,
-        minimize=args.minimize,
+        minimize=args.minimize, **_overrides(args),
     )
     client = get_client()
     if not _confirmed(client, payload, args):
@@ -180,9 +171,10 @@ def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -
 
 def run_exec(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.sdk.payloads import exec_payload
 
-    payload = _entry(args.entrypoint)
-    payload.update(env=collect_env(args), cluster_name=args.cluster,
-                   overrides=_overrides(args), detach_run=args.detach_run)
+    payload = exec_payload(_entry(args.entrypoint), env=collect_env(args),
+                           cluster_name=args.cluster, detach_run=args.detach_run,
+                           **_overrides(args))
     client = get_client()
     return _finish(client, client.submit("exec", payload), args)

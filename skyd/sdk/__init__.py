@@ -26,6 +26,9 @@ __all__ = [
     "Client", "client", "get", "post", "delete", "submit", "stream_and_get", "get_result",
     "validate", "status", "requests_ls", "requests_get", "requests_cancel", "health",
     "version", "ensure_daemon", "stop_daemon", "result_of_event",
+    # the CLI's verbs (skyd.sdk.verbs)
+    "launch", "exec", "stop", "start", "down", "autostop", "cancel", "queue", "job_status",
+    "tail_logs", "cost_report", "check", "jobs_launch", "jobs_queue", "jobs_cancel",
 ]
 
 _client: Client | None = None
@@ -125,3 +128,22 @@ def health() -> dict[str, Any]:
 
 def version() -> dict[str, Any]:
     return dict(get("/v1/version"))
+
+
+from skyd.sdk.verbs import (  # noqa: E402 - they use client() defined above
+    autostop,
+    cancel,
+    check,
+    cost_report,
+    down,
+    exec,
+    job_status,
+    jobs_cancel,
+    jobs_launch,
+    jobs_queue,
+    launch,
+    queue,
+    start,
+    stop,
+    tail_logs,
+)
