@@ -36,3 +36,16 @@ def test_sdk_launch_exec_queue_logs_down(skyd_home: Path, tmp_path: Path) -> Non
         finally:
             sdk.get_result(sdk.down("sdk"))
         assert sdk.status() == []
+
+
+@pytest.mark.anyio
+async def test_async_sdk_launch_queue_down(skyd_home: Path) -> None:
+    from skyd.sdk import aio
+
+    with running_daemon():
+        async with aio.AsyncClient() as c:
+            res = await c.wait(await c.launch(command="echo async-hi", cluster_name="aio"))
+            assert res["status"] == "SUCCEEDED"
+            assert [j["job_id"] for j in await c.queue("aio")] == [1]
+            await c.wait(await c.down("aio"))
+            assert await c.status() == []

@@ -21,6 +21,7 @@ import anyio
 
 from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
+from skyd.sdk import payloads
 from skyd.sdk.transport import _url, ensure_daemon
 
 
@@ -160,6 +161,35 @@ class AsyncClient:
     async def health(self) -> dict[str, Any]:
         return dict(await self.get("/v1/health"))
 
+    # -- the CLI's verbs (request bodies from skyd.sdk.payloads, as the sync SDK) ---------
+    async def launch(self, task: str | os.PathLike[str] | None = None, *,
+                     command: str | None = None, yaml_text: str | None = None,
+                     cluster_name: str | None = None, **kw: Any) -> str:
+        src = payloads.task_source(task, command=command, yaml_text=yaml_text)
+        return await self.submit("launch", payloads.launch_payload(src, cluster_name=cluster_name, **kw))
+
+    async def exec(self, cluster_name: str, task: str | os.PathLike[str] | None = None, *,
+                   command: str | None = None, yaml_text: str | None = None, **kw: Any) -> str:
+        src = payloads.task_source(task, command=command, yaml_text=yaml_text)
+        return await self.submit("exec", payloads.exec_payload(src, cluster_name=cluster_name, **kw))
+
+    async def stop(self, clusters: list[str] | str | None = None, *, all_clusters: bool = False) -> str:
+        return await self.submit("stop", payloads.clusters_payload(clusters, all_clusters))
+
+    async def start(self, clusters: list[str] | str | None = None, *, all_clusters: bool = False) -> str:
+        return await self.submit("start", payloads.clusters_payload(clusters, all_clusters))
+
+    async def down(self, clusters: list[str] | str | None = None, *, all_clusters: bool = False) -> str:
+        return await self.submit("down", payloads.clusters_payload(clusters, all_clusters))
+
+    async def queue(self, cluster_name: str) -> list[dict[str, Any]]:
+        return list((await self.get(f"/v1/clusters/{cluster_name}/queue"))["jobs"])
+
+    async def jobs_launch(self, task: str | os.PathLike[str] | None = None, *,
+                          command: str | None = None, name: str | None = None) -> str:
+        body = {**payloads.task_source(task, command=command), "name": name}
+        return await self.submit("jobs.launch", body)
+
 
 async def _one(name: str, *args: Any, **kw: Any) -> Any:
     async with AsyncClient() as c:
@@ -192,6 +222,23 @@ async def requests_get(request_id: str) -> dict[str, Any]:
 
 async def requests_cancel(request_id: str) -> dict[str, Any]:
     return dict(await _one("requests_cancel", request_id))
+
+
+async def launch(task: str | os.PathLike[str] | None = None, **kw: Any) -> str:
+    return str(await _one("launch", task, **kw))
+
+
+async def exec(cluster_name: str, task: str | os.PathLike[str] | None = None,  # noqa: A001
+               **kw: Any) -> str:
+    return str(await _one("exec", cluster_name, task, **kw))
+
+
+async def down(clusters: list[str] | str | None = None, **kw: Any) -> str:
+    return str(await _one("down", clusters, **kw))
+
+
+async def queue(cluster_name: str) -> list[dict[str, Any]]:
+    return list(await _one("queue", cluster_name))
 
 
 async def stream_and_get(request_id: str) -> AsyncIterator[dict[str, Any]]:
