@@ -17,15 +17,19 @@ from skyd import paths
 def seed_db(clusters: list[dict[str, Any]] = (), managed: int = 0) -> Path:  # type: ignore[assignment]
     """Create the daemon's state DB (schema from skyd.daemon.schema) with rows in it,
     before the daemon starts (its status cache only sees its own writes)."""
-    from skyd.daemon.schema import MIGRATIONS
+    import anyio
+
+    from skyd.daemon.store import Store
 
     db = paths.db_path()
-    db.parent.mkdir(parents=True, exist_ok=True)
+
+    async def migrate() -> None:  # the daemon's own migrations, whatever their kind
+        st = Store(db)
+        await st.open()
+        await st.close()
+
+    anyio.run(migrate)
     con = sqlite3.connect(db)
-    for mig in MIGRATIONS:
-        assert isinstance(mig, str)
-        con.executescript(mig)
-    con.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
     now = time.time()
     for c in clusters:
         row = {"status": "UP", "num_nodes": 1, "launched_at": now - 3600, **c}

@@ -210,8 +210,13 @@ async def refresh_cluster(store: Any, name: str, *, repair: bool) -> dict[str, A
             await cdb.set_status(store, name, cdb.STOPPED, "autostopped")
         return await cdb.get_cluster(store, name)
     if all(s == NODE_RUNNING for s in states):
-        handle = await prov.ensure_agents(handle, _noop)
-        if await agent_healthy(prov, handle):
+        try:
+            if repair:  # only `status -r` restarts agents; the refresher only looks
+                handle = await prov.ensure_agents(handle, _noop)
+            healthy = await agent_healthy(prov, handle)
+        except Exception:  # noqa: BLE001 - an agent that cannot be reached is unhealthy
+            healthy = False
+        if healthy:
             await cdb.save_handle(store, handle, cdb.UP)
             try:
                 async with agent(prov, handle) as c:

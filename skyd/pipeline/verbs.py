@@ -148,7 +148,8 @@ async def _refresher(daemon: Any) -> None:
             if r["status"] == cdb.INIT and r["name"] in _busy():
                 continue
             try:
-                await lifecycle.refresh_cluster(daemon.store, r["name"], repair=False)
+                with anyio.move_on_after(30):  # one stuck node must not stall the rest
+                    await lifecycle.refresh_cluster(daemon.store, r["name"], repair=False)
             except Exception:  # noqa: BLE001 - next round tries again
                 pass
 
