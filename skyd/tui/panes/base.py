@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 class TablePane(Vertical):
-    """Subclasses set COLUMNS and implement ``fetch`` / ``cells`` / ``key``."""
+    """Subclasses set COLUMNS and usually override ``fetch`` / ``cells`` / ``key`` (the
+    defaults show the list at SOURCE, one column per lower-cased key)."""
 
     DEFAULT_CSS = """
     TablePane { height: 1fr; }
@@ -62,16 +63,25 @@ class TablePane(Vertical):
     def caption(self, text: str) -> None:
         self.query_one(".pane-caption", Static).update(text)
 
-    # -- to override ----------------------------------------------------------------------
+    # -- overridable defaults -------------------------------------------------------------
+    #: the daemon read a plain pane shows (a JSON list of row objects)
+    SOURCE: ClassVar[str | None] = None
+
     async def fetch(self) -> list[dict[str, Any]] | None:
-        """Rows to show; None = nothing to show (caption already says why)."""
-        raise NotImplementedError
+        """Rows to show; None = nothing to show (caption already says why). Default: the
+        list at SOURCE."""
+        if self.SOURCE is None:
+            self.caption(self.UNAVAILABLE)
+            return None
+        return list(await self.client.optional_get(self.SOURCE) or [])
 
     def key(self, row: dict[str, Any]) -> str:
         return str(row.get("id"))
 
     def cells(self, row: dict[str, Any]) -> tuple[str, ...]:
-        raise NotImplementedError
+        """One cell per column; default: the row's value under the column's lower-cased name."""
+        return tuple("" if row.get(c.lower()) is None else str(row.get(c.lower()))
+                     for c in self.COLUMNS)
 
     def describe(self, rows: list[dict[str, Any]]) -> str:
         return f"{len(rows)} rows" if rows else self.EMPTY
