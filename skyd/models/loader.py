@@ -15,7 +15,8 @@ from skyd.errors import InvalidSpecError
 from skyd.models._errors import (
     LineMap,
     Path,
-    convert_validation_error,
+    combine,
+    convert_validation_errors,
     custom_to_spec,
     fmt_path,
     line_for,
@@ -24,6 +25,7 @@ from skyd.models._errors import (
 from skyd.models.dag import Dag
 from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
+from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
 from skyd.models.task import Task, _str_scalars
 
@@ -153,35 +155,32 @@ def _task_from_config(
     if not isinstance(config, dict):
         raise err_at((), f"a task must be a mapping of fields, got {type(config).__name__}",
                      "see the SkyPilot task YAML reference")
+    # Every mistake is collected (and the bad part left out), then reported together.
+    errors: list[InvalidSpecError] = []
     for k in config:
         if k not in TASK_KEYS:
             s = suggest(str(k), TASK_KEYS)
-            raise err_at((str(k),), f"unknown field '{k}'",
-                         f"did you mean '{s}'?" if s else f"valid fields: {', '.join(TASK_KEYS)}")
-    d = dict(config)
+            errors.append(err_at(
+                (str(k),), f"unknown field '{k}'",
+                f"did you mean '{s}'?" if s else f"valid fields: {', '.join(TASK_KEYS)}"))
+    d = {k: v for k, v in config.items() if k in TASK_KEYS}
     base_dir = base_dir or FsPath(os.getcwd())
     try:
-        try:
-            envs = _apply_overrides(
-                _str_scalars(_raw_scalars(d.get("envs"), "envs", lines), "envs", True),
-                env_overrides)
-        except PydanticCustomError as e:
-            raise custom_to_spec(e, ("envs",), lines) from None
+        envs = _apply_overrides(
+            _scalars_each(_raw_scalars(d.get("envs"), "envs", lines), "envs", lines, errors),
+            env_overrides)
         raw_secrets = d.get("secrets")
         secrets_dict = (_raw_scalars(raw_secrets, "secrets", lines)
                         if not isinstance(raw_secrets, list) else {})
-        try:
-            secrets = _apply_overrides(_str_scalars(secrets_dict, "secrets", True),
-                                       secret_overrides)
-        except PydanticCustomError as e:
-            raise custom_to_spec(e, ("secrets",), lines) from None
+        secrets = _apply_overrides(_scalars_each(secrets_dict, "secrets", lines, errors),
+                                   secret_overrides)
         missing = [k for k, v in {**envs, **secrets}.items() if v is None]
-        if missing and not allow_missing_env:
-            k = missing[0]
+        for k in missing if not allow_missing_env else ():
             kind = "secrets" if k in secrets and secrets[k] is None else "envs"
             flag = "--secret" if kind == "secrets" else "--env"
-            raise err_at((kind, k), f"{k} is required (declared null) but no value was given",
-                         f"pass {flag} {k}=... (or put it in an env file and use {flag}-file)")
+            errors.append(err_at(
+                (kind, k), f"{k} is required (declared null) but no value was given",
+                f"pass {flag} {k}=... (or put it in an env file and use {flag}-file)"))
         d["envs"] = envs
         if not isinstance(raw_secrets, list):
             d["secrets"] = secrets
@@ -192,18 +191,48 @@ def _task_from_config(
         keep = frozenset(missing)
         for f in SUBST_FIELDS:
             if d.get(f) is not None:
+                # In resources only defined variables are substituted: SkyPilot keeps other
+                # `$` text (an OCI shape like VM.Standard.E4.Flex$_2_16) as written.
                 d[f] = substitute_tree(d[f], env_map, (f,), keys=(f == "file_mounts"),
-                                       keep=keep, lines=lines)
+                                       keep=keep, lines=lines, lenient=(f == "resources"),
+                                       errors=errors)
         _resolve_paths(d, base_dir)
         if "resources" in d and d["resources"] is not None:
-            cands, ordered = expand_resources(d["resources"], path=("resources",), lines=lines)
-            d["resources"] = cands
-            d["resources_ordered"] = ordered
-        return Task.model_validate(d)
+            try:
+                cands, ordered = expand_resources(d["resources"], path=("resources",),
+                                                  lines=lines)
+                d["resources"] = cands
+                d["resources_ordered"] = ordered
+            except InvalidSpecError as e:
+                errors.append(e)
+                d.pop("resources")
+        task = Task.model_validate(d)
     except ValidationError as e:
-        raise convert_validation_error(e, (), lines) from None
+        errors.extend(convert_validation_errors(e, (), lines))
     except PydanticCustomError as e:
-        raise custom_to_spec(e, (), lines) from None
+        errors.append(custom_to_spec(e, (), lines))
+    if errors:
+        raise combine(errors)
+    return task
+
+
+def _scalars_each(v: Any, what: str, lines: LineMap | None,
+                  errors: list[InvalidSpecError]) -> dict[str, str | None]:
+    """envs/secrets -> strings, one entry at a time: each bad entry is an error of its own
+    (recorded in ``errors``) and is left out."""
+    if not isinstance(v, dict):
+        try:
+            return _str_scalars(v, what, True)
+        except PydanticCustomError as e:
+            errors.append(custom_to_spec(e, (what,), lines))
+            return {}
+    out: dict[str, str | None] = {}
+    for k, val in v.items():
+        try:
+            out.update(_str_scalars({k: val}, what, True))
+        except PydanticCustomError as e:
+            errors.append(custom_to_spec(e, (what,), lines))
+    return out
 
 
 def _read(source: str | os.PathLike[str], text: str | None) -> tuple[str, str, FsPath]:
@@ -238,23 +267,118 @@ def load_dag(
     docs = [(d, lm) for d, lm in _parse_yaml(body, display) if d is not None]
     if not docs:
         raise InvalidSpecError(f"{display} has no task in it", hint="add at least run: ...")
-    name: str | None = None
-    if len(docs) > 1 and isinstance(docs[0][0], dict) and set(docs[0][0]) == {"name"}:
-        name = docs[0][0]["name"]
-        if name is not None and not isinstance(name, str):
-            raise InvalidSpecError("the DAG name must be a string", field="name",
-                                   line=line_for(("name",), docs[0][1]))
+    errors: list[InvalidSpecError] = []
+    header: dict[str, Any] = {}
+    header_lines: LineMap | None = None
+    if len(docs) > 1 and _is_header(docs[0][0]):
+        header_lines = docs[0][1]
+        header = _parse_header(docs[0][0], header_lines, errors)
         docs = docs[1:]
     multi = len(docs) > 1
-    tasks = [
-        task_from_config(d, env_overrides=env_overrides, secret_overrides=secret_overrides,
-                         base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
-                         prefix=("tasks", i) if multi else ())
-        for i, (d, lm) in enumerate(docs)
-    ]
-    if len(tasks) == 1:
-        return Dag(tasks, [], name)
-    return Dag.chain(tasks, name)
+    tasks: list[Task] = []
+    for i, (d, lm) in enumerate(docs):
+        try:
+            tasks.append(task_from_config(
+                d, env_overrides=env_overrides, secret_overrides=secret_overrides,
+                base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
+                prefix=("tasks", i) if multi else ()))
+        except InvalidSpecError as e:
+            errors.append(e)
+    if not errors:
+        _check_primary_tasks(header, tasks, header_lines, errors)
+    if errors:
+        raise combine(errors, display)
+    name = header.get("name")
+    execution = header.get("execution")
+    edges = ([] if execution == "parallel" or len(tasks) == 1
+             else [(i, i + 1) for i in range(len(tasks) - 1)])
+    return Dag(tasks, edges, name, execution=execution,
+               primary_tasks=header.get("primary_tasks"),
+               termination_delay=header.get("termination_delay"))
+
+
+# The first document of a multi-document YAML that is not a task: a chain's name (only
+# `name:`), or a job group's header (`execution:` with its options).
+HEADER_KEYS: tuple[str, ...] = ("name", "execution", "primary_tasks", "termination_delay")
+EXECUTIONS: tuple[str, ...] = ("serial", "parallel")
+
+
+def _is_header(doc: Any) -> bool:
+    return isinstance(doc, dict) and (set(doc) == {"name"} or "execution" in doc)
+
+
+def _parse_header(doc: dict[str, Any], lines: LineMap, errors: list[InvalidSpecError]
+                  ) -> dict[str, Any]:
+    """The header document -> {name, execution, primary_tasks, termination_delay}."""
+    def err(p: Path, msg: str, hint: str | None = None) -> None:
+        errors.append(InvalidSpecError(msg, field=fmt_path(p), hint=hint,
+                                       line=line_for(p, lines)))
+
+    out: dict[str, Any] = {}
+    for k in doc:
+        if k not in HEADER_KEYS:
+            s = suggest(str(k), HEADER_KEYS)
+            err((str(k),), f"unknown field '{k}' in the header document",
+                (f"did you mean '{s}'? " if s else "")
+                + f"a header holds only {', '.join(HEADER_KEYS)}; task fields go in the "
+                "task documents after it")
+    name = doc.get("name")
+    if name is not None and not isinstance(name, str | int | float):
+        err(("name",), "the DAG name must be a string")
+    elif name is not None:
+        out["name"] = str(name)
+    if "execution" in doc:
+        ex = doc["execution"]
+        if not isinstance(ex, str) or ex.strip().lower() not in EXECUTIONS:
+            err(("execution",), f"bad execution {ex!r}",
+                "serial (a pipeline: one task after another) or parallel (a job group: "
+                "all tasks at once)")
+        else:
+            out["execution"] = ex.strip().lower()
+    pt = doc.get("primary_tasks")
+    if pt is not None:
+        if isinstance(pt, str):
+            pt = [pt]
+        if not isinstance(pt, list) or not all(isinstance(x, str) and x for x in pt):
+            err(("primary_tasks",), "primary_tasks must be a list of task names",
+                "e.g. primary_tasks: [trainer]")
+        else:
+            out["primary_tasks"] = list(pt)
+    td = doc.get("termination_delay")
+    if td is not None:
+        try:
+            if isinstance(td, dict):
+                out["termination_delay"] = {
+                    str(k): _delay(v, ("termination_delay", str(k)), lines)
+                    for k, v in td.items()}
+            else:
+                out["termination_delay"] = _delay(td, ("termination_delay",), lines)
+        except InvalidSpecError as e:
+            errors.append(e)
+    return out
+
+
+def _delay(v: Any, p: Path, lines: LineMap) -> int | float:
+    """A duration: seconds, or '30s' / '5m' / '1h'."""
+    try:
+        return parse_duration(v, default_unit="s", what="termination_delay")
+    except PydanticCustomError as e:
+        raise custom_to_spec(e, p, lines) from None
+
+
+def _check_primary_tasks(header: dict[str, Any], tasks: list[Task], lines: LineMap | None,
+                         errors: list[InvalidSpecError]) -> None:
+    names = [t.name for t in tasks]
+    for key in ("primary_tasks", "termination_delay"):
+        val = header.get(key)
+        refs = val if key == "primary_tasks" else (
+            [k for k in val if k != "default"] if isinstance(val, dict) else [])
+        for ref in refs or []:
+            if ref not in names:
+                known = ", ".join(n for n in names if n) or "(no task has a name)"
+                errors.append(InvalidSpecError(
+                    f"{key} names {ref!r}, which is not a task of this group", field=key,
+                    line=line_for((key,), lines), hint=f"task names: {known}"))
 
 
 def load_task(source: str | os.PathLike[str], **kw: Any) -> Task:
