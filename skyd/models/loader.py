@@ -115,7 +115,7 @@ def _resolve_paths(d: dict[str, Any], base_dir: FsPath) -> None:
                 src = resolve_local(src, base_dir)
             elif isinstance(src, dict) and "kind" not in src:
                 s = src.get("source")
-                if isinstance(s, str):
+                if isinstance(s, str) and s.strip():
                     src = {**src, "source": resolve_local(s, base_dir)}
                 elif isinstance(s, list):
                     src = {**src, "source": [resolve_local(x, base_dir) if isinstance(x, str)
