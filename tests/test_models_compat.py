@@ -226,3 +226,14 @@ def test_one_error_stays_one_plain_error() -> None:
     with pytest.raises(InvalidSpecError) as ei:
         load_dag("t.yaml", text="num_nodes: 0\n")
     assert type(ei.value) is InvalidSpecError and "errors" not in ei.value.to_dict()
+
+
+def test_managed_jobs_refuse_a_job_group_rather_than_run_it_serially() -> None:
+    from skyd.jobs.verbs import _load_docs
+
+    group = "name: g\nexecution: parallel\n---\nname: a\nrun: a\n---\nname: b\nrun: b\n"
+    with pytest.raises(InvalidSpecError, match="job group") as ei:
+        _load_docs({"yaml": group})
+    assert ei.value.hint and "execution: serial" in ei.value.hint
+    docs = _load_docs({"yaml": group.replace("parallel", "serial")})
+    assert [d.get("name") for d in docs] == ["g", "a", "b"]

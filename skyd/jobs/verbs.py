@@ -119,6 +119,11 @@ def _load_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
     from skyd.pipeline.taskload import load_dag_from_payload
 
     dag = load_dag_from_payload(payload)
+    if getattr(dag, "is_job_group", False):
+        raise InvalidSpecError(
+            "this YAML is a job group (execution: parallel): its tasks must run at once, "
+            "which managed jobs do not do yet", field="execution",
+            hint="use execution: serial (or drop the header) to run the tasks one after another")
     docs: list[dict[str, Any]] = [t.to_normalized(redact_secrets=False) for t in dag.tasks]
     if len(docs) > 1 and getattr(dag, "name", None):
         docs = [{"name": dag.name}, *docs]

@@ -62,7 +62,8 @@ _ENTRIES: tuple[AcceleratorInfo, ...] = (
     _nv("RTX4000", 8), _nv("RTX3070", 8), _nv("RTX3080Ti", 12), _nv("RTX3090Ti", 24),
     _nv("RTX4070", 12), _nv("RTX4070Ti", 12), _nv("RTX4080Super", 16), _nv("RTX2080Ti", 11),
     _nv("RTX2080", 8), _nv("RTX2070", 8), _nv("TitanRTX", 24), _nv("TitanV", 12),
-    _nv("GTX1080Ti", 11), _nv("GTX1080", 8), _nv("GTX1070", 8),
+    _nv("GTX1080Ti", 11), _nv("GTX1080", 8), _nv("GTX1070", 8), _nv("P5000", 16),
+    _nv("P6000", 24), _nv("GV100", 32),
     # The AWS catalog lists an accelerator literally named "NVIDIA".
     _nv("NVIDIA", None),
     # AMD Instinct (MI325X: 256 GB per Vultr docs / DO slug; gpuhunt says 288)

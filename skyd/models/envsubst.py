@@ -2,7 +2,9 @@
 
 Unlike SkyPilot (which leaves unknown variables in silently and mangles ``${VAR:-x}``), an
 unset variable without a default is an error naming the variable and where it appears.
-Defaults may themselves contain substitutions (``${A:-${B:-x}}``).
+Defaults may themselves contain substitutions (``${A:-${B:-x}}``). The ``lenient`` mode
+(used for ``resources``) substitutes only variables that have a value and keeps any other
+``$`` text as written, as SkyPilot does there.
 """
 
 from __future__ import annotations
