@@ -54,11 +54,39 @@ def test_single_document_with_execution_is_a_task_error() -> None:
     ("execution: parallel\nprimary_tasks: [zz]", "primary_tasks names 'zz'"),
     ("execution: parallel\ntermination_delay: soon", "bad termination_delay 'soon'"),
     ("execution: parallel\ntermination_delay: {zz: 5}", "termination_delay names 'zz'"),
-    ("execution: parallel\nresources: {cpus: 2}", "unknown field 'resources' in the header"),
+    ("execution: parallel\ninter_connection: maybe", "inter_connection must be true or false"),
+    ("execution: serial\nresources: {cpus: 2}", "unknown field 'resources' in the header"),
+    ("execution: serial\nprimary_tasks: [a]", "primary_tasks applies to a job group only"),
 ])
 def test_bad_headers(header: str, msg: str) -> None:
     with pytest.raises(InvalidSpecError, match=msg):
-        load_dag("g.yaml", text=f"name: g\n{header}\n---\nname: a\nrun: a\n---\nrun: b\n")
+        load_dag("g.yaml", text=f"name: g\n{header}\n---\nname: a\nrun: a\n---\nname: b\n"
+                                "run: b\n")
+
+
+def test_job_group_names_and_ignored_header_fields() -> None:
+    body = "---\nname: a\nrun: a\n---\nname: b\nrun: b\n"
+    with pytest.warns(UserWarning, match="unknown field 'placement' in the job group header"):
+        dag = load_dag("g.yaml", text="name: g\nexecution: parallel\nplacement: x\n" + body)
+    assert dag.is_job_group and dag.inter_connection is None
+    dag = load_dag("g.yaml", text="name: g\nexecution: parallel\ninter_connection: true\n"
+                   + body)
+    assert dag.inter_connection is True and dag.to_normalized()["inter_connection"] is True
+    for header, msg in [("execution: parallel", "needs a name"),
+                        ("name: 'my group'\nexecution: parallel", "letters, digits")]:
+        with pytest.raises(InvalidSpecError, match=msg):
+            load_dag("g.yaml", text=f"{header}\n" + body)
+    with pytest.raises(InvalidSpecErrors) as ei:
+        load_dag("g.yaml", text="name: g\nexecution: parallel\n---\nrun: a\n---\nname: b\n"
+                                "run: b\n---\nname: b\nrun: c\n---\nname: b c\nrun: d\n")
+    assert [(e.field, e.line) for e in ei.value.errors] == [
+        ("tasks[0].name", 4), ("tasks[2].name", 9), ("tasks[3].name", 12)]
+
+
+def test_header_only_is_one_trivial_task() -> None:
+    for text in ("name: solo\n", "name: solo\nexecution: serial\n"):
+        dag = load_dag("h.yaml", text=text)
+        assert [t.name for t in dag.tasks] == ["solo"] and dag.name == "solo"
 
 
 # ---------------------------------------------------------------- accelerators x entries
@@ -237,3 +265,11 @@ def test_managed_jobs_refuse_a_job_group_rather_than_run_it_serially() -> None:
     assert ei.value.hint and "execution: serial" in ei.value.hint
     docs = _load_docs({"yaml": group.replace("parallel", "serial")})
     assert [d.get("name") for d in docs] == ["g", "a", "b"]
+
+
+def test_docker_key_of_image_id_is_the_container_image() -> None:
+    r = Resources.model_validate({"infra": "aws", "image_id": {"docker": "img:3",
+                                                               "us-east-1": "ami-1"}})
+    assert r.docker_image == "img:3"
+    r = Resources.model_validate({"infra": "k8s", "image_id": {"docker": "img:4"}})
+    assert r.image_id == {"docker": "img:4"} and r.docker_image == "img:4"

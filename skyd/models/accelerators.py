@@ -335,9 +335,14 @@ def expand_accelerators(
             raise InvalidSpecError("empty accelerator list", field=field)
         opts = []
         for i, item in enumerate(value):
+            if isinstance(item, dict) and item:
+                # `- T4: 1` items (a list of one-entry mappings; a null count is 1)
+                opts.extend(expand_accelerators(item, field=f"{field}[{i}]")[0])
+                continue
             if not isinstance(item, str):
                 raise InvalidSpecError(
-                    f"list items must be strings like 'A100:8', got {item!r}",
+                    f"list items must be strings like 'A100:8' or mappings like "
+                    f"{{A100: 8}}, got {item!r}",
                     field=f"{field}[{i}]",
                 )
             opts.extend(_expand_string(item, f"{field}[{i}]"))

@@ -16,8 +16,8 @@ class Dag:
     def __init__(self, tasks: Iterable[Task], edges: Iterable[tuple[int, int]] = (),
                  name: str | None = None, *, execution: str | None = None,
                  primary_tasks: list[str] | None = None,
-                 termination_delay: int | float | dict[str, int | float] | None = None
-                 ) -> None:
+                 termination_delay: int | float | dict[str, int | float] | None = None,
+                 inter_connection: bool | None = None) -> None:
         self.tasks: list[Task] = list(tasks)
         self.edges: list[tuple[int, int]] = [(int(a), int(b)) for a, b in edges]
         self.name = name
@@ -26,6 +26,7 @@ class Dag:
         self.execution = execution
         self.primary_tasks = list(primary_tasks) if primary_tasks is not None else None
         self.termination_delay = termination_delay  # seconds, or per task name
+        self.inter_connection = inter_connection
         if not self.tasks:
             raise InvalidSpecError("a DAG needs at least one task", hint="add a task document")
         n = len(self.tasks)
@@ -87,7 +88,7 @@ class Dag:
 
     def _group_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for k in ("execution", "primary_tasks", "termination_delay"):
+        for k in ("execution", "primary_tasks", "termination_delay", "inter_connection"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
@@ -116,7 +117,8 @@ class Dag:
                        [tuple(e) for e in d.get("edges") or []],  # type: ignore[misc]
                        d.get("name"), execution=d.get("execution"),
                        primary_tasks=d.get("primary_tasks"),
-                       termination_delay=d.get("termination_delay"))
+                       termination_delay=d.get("termination_delay"),
+                       inter_connection=d.get("inter_connection"))
         return cls([Task.from_normalized(d)])
 
     def __eq__(self, other: object) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path as FsPath
 from typing import Any
@@ -270,71 +272,96 @@ def load_dag(
     errors: list[InvalidSpecError] = []
     header: dict[str, Any] = {}
     header_lines: LineMap | None = None
-    if len(docs) > 1 and _is_header(docs[0][0]):
+    if _is_header(docs[0][0], len(docs)):
         header_lines = docs[0][1]
         header = _parse_header(docs[0][0], header_lines, errors)
-        docs = docs[1:]
+        docs = docs[1:] or [({"name": header.get("name")}, header_lines)]
+    group = header.get("execution") == "parallel"
     multi = len(docs) > 1
     tasks: list[Task] = []
     for i, (d, lm) in enumerate(docs):
+        prefix: Path = ("tasks", i) if multi else ()
         try:
-            tasks.append(task_from_config(
+            task = task_from_config(
                 d, env_overrides=env_overrides, secret_overrides=secret_overrides,
-                base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
-                prefix=("tasks", i) if multi else ()))
+                base_dir=base, allow_missing_env=allow_missing_env, lines=lm, prefix=prefix)
         except InvalidSpecError as e:
             errors.append(e)
+            continue
+        if group:
+            _check_group_task(task, i, [t.name for t in tasks], prefix, lm, errors)
+        tasks.append(task)
     if not errors:
-        _check_primary_tasks(header, tasks, header_lines, errors)
+        _check_references(header, tasks, header_lines, errors)
     if errors:
         raise combine(errors, display)
-    name = header.get("name")
-    execution = header.get("execution")
-    edges = ([] if execution == "parallel" or len(tasks) == 1
+    edges = ([] if group or len(tasks) == 1
              else [(i, i + 1) for i in range(len(tasks) - 1)])
-    return Dag(tasks, edges, name, execution=execution,
+    return Dag(tasks, edges, header.get("name"), execution=header.get("execution"),
                primary_tasks=header.get("primary_tasks"),
-               termination_delay=header.get("termination_delay"))
+               termination_delay=header.get("termination_delay"),
+               inter_connection=header.get("inter_connection"))
 
 
-# The first document of a multi-document YAML that is not a task: a chain's name (only
-# `name:`), or a job group's header (`execution:` with its options).
-HEADER_KEYS: tuple[str, ...] = ("name", "execution", "primary_tasks", "termination_delay")
+# The first document that is not a task (SkyPilot's dag_utils): a pipeline header (only
+# `name:`, or `name:` + `execution: serial`) or a job group header (`execution: parallel`
+# in the first of several documents, with its options).
+GROUP_KEYS: tuple[str, ...] = ("name", "execution", "primary_tasks", "termination_delay",
+                               "inter_connection")
 EXECUTIONS: tuple[str, ...] = ("serial", "parallel")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _is_header(doc: Any) -> bool:
-    return isinstance(doc, dict) and (set(doc) == {"name"} or "execution" in doc)
+def _is_header(doc: Any, n_docs: int) -> bool:
+    if not isinstance(doc, dict):
+        return False
+    keys = set(doc)
+    return keys in ({"name"}, {"name", "execution"}) or (n_docs > 1 and "execution" in keys)
 
 
 def _parse_header(doc: dict[str, Any], lines: LineMap, errors: list[InvalidSpecError]
                   ) -> dict[str, Any]:
-    """The header document -> {name, execution, primary_tasks, termination_delay}."""
+    """The header document -> {name, execution, primary_tasks, termination_delay, ...}."""
     def err(p: Path, msg: str, hint: str | None = None) -> None:
         errors.append(InvalidSpecError(msg, field=fmt_path(p), hint=hint,
                                        line=line_for(p, lines)))
 
     out: dict[str, Any] = {}
-    for k in doc:
-        if k not in HEADER_KEYS:
-            s = suggest(str(k), HEADER_KEYS)
-            err((str(k),), f"unknown field '{k}' in the header document",
-                (f"did you mean '{s}'? " if s else "")
-                + f"a header holds only {', '.join(HEADER_KEYS)}; task fields go in the "
-                "task documents after it")
-    name = doc.get("name")
-    if name is not None and not isinstance(name, str | int | float):
-        err(("name",), "the DAG name must be a string")
-    elif name is not None:
-        out["name"] = str(name)
-    if "execution" in doc:
-        ex = doc["execution"]
+    ex = doc.get("execution")
+    if ex is not None:
         if not isinstance(ex, str) or ex.strip().lower() not in EXECUTIONS:
             err(("execution",), f"bad execution {ex!r}",
                 "serial (a pipeline: one task after another) or parallel (a job group: "
                 "all tasks at once)")
         else:
             out["execution"] = ex.strip().lower()
+    group = out.get("execution") == "parallel"
+    name = doc.get("name")
+    if name is not None and not isinstance(name, str | int | float):
+        err(("name",), "the DAG name must be a string")
+    elif name is not None:
+        out["name"] = str(name)
+    if group and not (out.get("name") and _SAFE_NAME.match(out["name"])):
+        err(("name",), "a job group needs a name of letters, digits, '-' and '_'"
+            if name is not None else "a job group header needs a name",
+            "e.g. name: my-job-group")
+    for k in doc:
+        if k in GROUP_KEYS:
+            if not group and k not in ("name", "execution"):
+                err((str(k),), f"{k} applies to a job group only",
+                    "add execution: parallel to the header, or drop the field")
+            continue
+        s = suggest(str(k), GROUP_KEYS)
+        if group:  # SkyPilot ignores them, with a warning
+            warnings.warn(f"unknown field '{k}' in the job group header is ignored"
+                          + (f" (did you mean '{s}'?)" if s else ""), stacklevel=3)
+        else:
+            err((str(k),), f"unknown field '{k}' in the header document",
+                (f"did you mean '{s}'? " if s else "")
+                + f"a header holds only {', '.join(GROUP_KEYS)}; task fields go in the "
+                "task documents after it")
+    if not group:
+        return out
     pt = doc.get("primary_tasks")
     if pt is not None:
         if isinstance(pt, str):
@@ -342,7 +369,7 @@ def _parse_header(doc: dict[str, Any], lines: LineMap, errors: list[InvalidSpecE
         if not isinstance(pt, list) or not all(isinstance(x, str) and x for x in pt):
             err(("primary_tasks",), "primary_tasks must be a list of task names",
                 "e.g. primary_tasks: [trainer]")
-        else:
+        elif pt:  # an empty list means every task is primary (as not giving it)
             out["primary_tasks"] = list(pt)
     td = doc.get("termination_delay")
     if td is not None:
@@ -355,7 +382,31 @@ def _parse_header(doc: dict[str, Any], lines: LineMap, errors: list[InvalidSpecE
                 out["termination_delay"] = _delay(td, ("termination_delay",), lines)
         except InvalidSpecError as e:
             errors.append(e)
+    ic = doc.get("inter_connection")
+    if ic is not None:
+        if not isinstance(ic, bool):
+            err(("inter_connection",), f"inter_connection must be true or false, got {ic!r}")
+        else:
+            out["inter_connection"] = ic
     return out
+
+
+def _check_group_task(task: Task, i: int, seen: list[str | None], prefix: Path,
+                      lines: LineMap | None, errors: list[InvalidSpecError]) -> None:
+    """A job group's task needs a unique, filesystem-safe name (as in SkyPilot)."""
+    where = fmt_path(prefix + ("name",))
+    if task.name is None:
+        errors.append(InvalidSpecError(
+            f"task {i + 1} of the job group has no name", field=where,
+            line=line_for((), lines), hint="give every task of a job group a name: ..."))
+    elif not _SAFE_NAME.match(task.name):
+        errors.append(InvalidSpecError(
+            f"bad task name {task.name!r} in a job group", field=where,
+            line=line_for(("name",), lines), hint="use letters, digits, '-' and '_'"))
+    elif task.name in seen:
+        errors.append(InvalidSpecError(
+            f"two tasks of the job group are named {task.name!r}", field=where,
+            line=line_for(("name",), lines), hint="task names in a job group are unique"))
 
 
 def _delay(v: Any, p: Path, lines: LineMap) -> int | float:
@@ -366,8 +417,9 @@ def _delay(v: Any, p: Path, lines: LineMap) -> int | float:
         raise custom_to_spec(e, p, lines) from None
 
 
-def _check_primary_tasks(header: dict[str, Any], tasks: list[Task], lines: LineMap | None,
-                         errors: list[InvalidSpecError]) -> None:
+def _check_references(header: dict[str, Any], tasks: list[Task], lines: LineMap | None,
+                      errors: list[InvalidSpecError]) -> None:
+    """primary_tasks and termination_delay keys must name tasks of the group."""
     names = [t.name for t in tasks]
     for key in ("primary_tasks", "termination_delay"):
         val = header.get(key)

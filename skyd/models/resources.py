@@ -230,8 +230,9 @@ class Resources(SpecModel):
             if isinstance(img, str):
                 d["image_id"] = _as_docker(img)
             elif isinstance(img, dict):
-                d["image_id"] = {k: _as_docker(v) if isinstance(v, str) else v
-                                 for k, v in img.items()}
+                # (the `docker` key names a container image already)
+                d["image_id"] = {k: _as_docker(v) if isinstance(v, str) and k != "docker"
+                                 else v for k, v in img.items()}
         return d
 
     @field_validator("cpus", mode="before")
@@ -365,7 +366,11 @@ class Resources(SpecModel):
 
     @property
     def docker_image(self) -> str | None:
-        """``docker:<img>`` image_id -> ``<img>``; None for VM images."""
+        """``docker:<img>`` image_id (or its ``docker:`` key) -> ``<img>``; None for VM
+        images."""
+        if isinstance(self.image_id, dict) and isinstance(self.image_id.get("docker"), str):
+            img = self.image_id["docker"].strip()
+            return img[len("docker:"):] if img.startswith("docker:") else img
         vals = [self.image_id] if isinstance(self.image_id, str) else list(
             (self.image_id or {}).values())
         imgs = {v[len("docker:"):] for v in vals if v.startswith("docker:")}
