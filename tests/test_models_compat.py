@@ -273,3 +273,11 @@ def test_docker_key_of_image_id_is_the_container_image() -> None:
     assert r.docker_image == "img:3"
     r = Resources.model_validate({"infra": "k8s", "image_id": {"docker": "img:4"}})
     assert r.image_id == {"docker": "img:4"} and r.docker_image == "img:4"
+
+
+def test_errors_in_gpus_point_at_gpus() -> None:
+    with pytest.raises(InvalidSpecErrors) as ei:
+        load_task("t.yaml", text="resources:\n  cpus: lots\n  gpus: Q100\n  any_of:\n"
+                                 "    - infra: aws\n    - gpus: Z9\n")
+    assert [(e.field, e.line) for e in ei.value.errors] == [
+        ("resources.cpus", 2), ("resources.gpus", 3), ("resources.any_of[1].gpus", 6)]

@@ -51,6 +51,14 @@ def _aliased(d: dict[str, Any], path: Path, lines: LineMap | None) -> dict[str, 
     return d
 
 
+def _acc_key(d: dict[str, Any]) -> str:
+    """The key the accelerators were written under (errors point at it)."""
+    for alias, field in RESOURCE_ALIASES.items():
+        if field == "accelerators" and d.get(alias) is not None:
+            return alias
+    return "accelerators"
+
+
 def _merge(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """An any_of/ordered entry over the base fields; a location in the entry replaces the
     base's; labels are merged (as SkyPilot does)."""
@@ -85,6 +93,7 @@ def expand_resources(
             hint="e.g. resources: {accelerators: A100:8}",
         )
     base = _aliased(dict(config), path, lines)
+    base_key = _acc_key(config)
     any_of = base.pop("any_of", None)
     ordered_list = base.pop("ordered", None)
     if any_of is not None and ordered_list is not None:
@@ -122,11 +131,12 @@ def expand_resources(
             except InvalidSpecError as err:
                 errors.append(err)
                 continue
-            acc_from = ep if entry.get("accelerators") is not None else path
-            entries.append((_merge(base, entry), ep, acc_from + ("accelerators",)))
-            own.append(set(entry))
+            acc_at = (ep + (_acc_key(e),) if entry.get("accelerators") is not None
+                      else path + (base_key,))
+            entries.append((_merge(base, entry), ep, acc_at))
+            own.append(set(entry) | set(e))
     else:
-        entries = [(base, path, path + ("accelerators",))]
+        entries = [(base, path, path + (base_key,))]
         own = [set(base)]
 
     out: list[Resources] = []
