@@ -224,11 +224,12 @@ def test_every_error_of_a_task_is_reported_in_file_order() -> None:
 
 def test_errors_of_every_task_and_of_the_header() -> None:
     text = ("name: g\nexecution: sideways\n---\nnum_nodes: -2\nrun: a\n---\n"
-            "resources: {disk_size: -1}\nrun: b\n")
+            "resources: {disk_size: -1}\nrunn: b\n")
     with pytest.raises(InvalidSpecErrors) as ei:
         load_dag("g.yaml", text=text)
     assert [(e.field, e.line) for e in ei.value.errors] == [
-        ("execution", 2), ("tasks[0].num_nodes", 4), ("tasks[1].resources.disk_size", 7)]
+        ("execution", 2), ("tasks[0].num_nodes", 4), ("tasks[1].resources.disk_size", 7),
+        ("tasks[1].runn", 8)]
 
 
 def test_base_field_error_inherited_by_entries_is_reported_once() -> None:

@@ -20,6 +20,7 @@ from skyd.models._errors import (
     combine,
     convert_validation_errors,
     custom_to_spec,
+    flatten,
     fmt_path,
     line_for,
     suggest,
@@ -141,7 +142,8 @@ def task_from_config(
                                  allow_missing_env, lines)
     except InvalidSpecError as e:
         if prefix:
-            e.field = fmt_path(prefix) + (f".{e.field}" if e.field else "")
+            for one in flatten(e):
+                one.field = fmt_path(prefix) + (f".{one.field}" if one.field else "")
         raise
 
 
