@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -223,7 +223,7 @@ def load_dag(
     source: str | os.PathLike[str], *, text: str | None = None,
     env_overrides: Mapping[str, str] | None = None,
     secret_overrides: Mapping[str, str] | None = None, base_dir: FsPath | None = None,
-    allow_missing_env: bool = False,
+    allow_missing_env: bool = False, task_secrets: Sequence[Mapping[str, str]] = (),
 ) -> Dag:
     """Load a task YAML (one document = one task; several ``---`` documents = a chain).
 
@@ -232,6 +232,8 @@ def load_dag(
     resolve against the YAML's directory. ``env_overrides``/``secret_overrides`` are
     ``--env``/``--secret`` (they win over the YAML). ``allow_missing_env``: envs declared
     ``null`` may stay unset (``Task.required_envs()`` lists them) -- for ``validate``.
+    ``task_secrets``: per task, the secret values ``split_yaml_secrets`` took out of the
+    text (``secret_overrides`` win over them).
     """
     body, display, default_dir = _read(source, text)
     base = FsPath(base_dir) if base_dir is not None else default_dir
@@ -247,7 +249,8 @@ def load_dag(
         docs = docs[1:]
     multi = len(docs) > 1
     tasks = [
-        task_from_config(d, env_overrides=env_overrides, secret_overrides=secret_overrides,
+        task_from_config(d, env_overrides=env_overrides,
+                         secret_overrides=_task_secret_overrides(task_secrets, i, secret_overrides),
                          base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
                          prefix=("tasks", i) if multi else ())
         for i, (d, lm) in enumerate(docs)
@@ -255,6 +258,13 @@ def load_dag(
     if len(tasks) == 1:
         return Dag(tasks, [], name)
     return Dag.chain(tasks, name)
+
+
+def _task_secret_overrides(task_secrets: Sequence[Mapping[str, str]], i: int,
+                           over: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    if i >= len(task_secrets):
+        return over
+    return {**task_secrets[i], **(over or {})}
 
 
 def load_task(source: str | os.PathLike[str], **kw: Any) -> Task:
