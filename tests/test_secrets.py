@@ -200,6 +200,13 @@ def test_dryrun_and_failed_launch_show_no_value(daemon: Any, skyd_home: Path, tm
     r = cli("launch", "-y", str(bad), "--secret", f"X={CLI_SECRET}")
     assert r.returncode == 2, r.stderr
     assert_clean(r.stdout + r.stderr, "a failed launch")
+    # An error that would quote a value (a secret substituted into a field) is masked.
+    quoting = tmp_path / "quoting.yaml"
+    quoting.write_text(f"secrets:\n  TOKEN: {YAML_SECRET}\nresources:\n  cpus: ${{TOKEN}}\n"
+                       "run: echo\n")
+    r = cli("launch", "-y", str(quoting))
+    assert r.returncode == 2 and "<redacted>" in r.stderr, r.stderr
+    assert_clean(r.stdout + r.stderr, "an error quoting a secret")
     r = cli("validate", "-o", "json", str(task))
     assert r.returncode == 0 and json.loads(r.stdout)["secrets"] == {"TOKEN": "<redacted>"}
     assert_clean(r.stdout + r.stderr, "validate -o json")
@@ -331,3 +338,51 @@ def test_secret_values_are_masked_in_request_events(daemon: Any, skyd_home: Path
     rid = json.loads(ok("requests", "ls", "-o", "json"))[0]["id"]
     assert "val=<redacted>" in ok("requests", "logs", rid)
     ok("down", "-y", "echo")
+
+
+# -- the YAML text without its values loads to the same tasks ---------------------------
+def test_split_yaml_secrets_round_trips_and_keeps_lines() -> None:
+    from skyd.errors import InvalidSpecError
+    from skyd.models import load_dag
+    from skyd.models.secret_split import split_yaml_secrets
+
+    text = f"""\
+name: chain
+---
+envs:
+  LR: 1.5e-4
+secrets:
+  A: &anchored {YAML_SECRET}
+  B: |
+    {CLI_SECRET}
+    second line
+  N: 12
+  T: true
+  LATER: null
+run: echo $A
+---
+secrets: {{A: '{FILE_SECRET}', Z: "{ENV_SECRET}"}}
+bad_field: 1
+"""
+    out, per_task = split_yaml_secrets(text)
+    assert_clean(out, "the redacted YAML")
+    assert out.count("\n") == text.count("\n")
+    assert per_task == [{"A": YAML_SECRET, "B": f"{CLI_SECRET}\nsecond line\n", "N": "12",
+                         "T": "true"}, {"A": FILE_SECRET, "Z": ENV_SECRET}]
+    with pytest.raises(InvalidSpecError) as e:  # the error points at the same line
+        load_dag("t", text=out, task_secrets=per_task, allow_missing_env=True)
+    assert e.value.line == text.splitlines().index("bad_field: 1") + 1
+    good = text.replace("bad_field: 1\n", "run: echo\n")
+    out, per_task = split_yaml_secrets(good)
+    a = load_dag("t", text=good, allow_missing_env=True)
+    b = load_dag("t", text=out, task_secrets=per_task, allow_missing_env=True)
+    assert [t.to_normalized(redact_secrets=False) for t in a.tasks] == \
+        [t.to_normalized(redact_secrets=False) for t in b.tasks]
+    assert b.tasks[0].envs["LR"] == "1.5e-4"
+    # A value that is also used elsewhere through an anchor cannot be separated: exit 2.
+    for bad in (f"secrets:\n  A: &x {YAML_SECRET}\nenvs:\n  B: *x\nrun: x\n",
+                f"envs:\n  B: &x {YAML_SECRET}\nsecrets:\n  A: *x\nrun: x\n",
+                "secrets:\n  A: [1, 2]\nrun: x\n"):
+        with pytest.raises(InvalidSpecError) as e:
+            split_yaml_secrets(bad)
+        assert e.value.field == "secrets.A" and e.value.exit_code == 2
