@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 
 from tests.test_daemon_support import DaemonProc, cli, wait_for
+from tests.test_nodeagent_helpers import agents
+
+__all__ = ["agents"]
 
 YAML_SECRET = "yaml-secret-Q7xK2pLmW"
 CLI_SECRET = "cli-secret-Zr8Vn3WdP"
@@ -386,3 +389,46 @@ bad_field: 1
         with pytest.raises(InvalidSpecError) as e:
             split_yaml_secrets(bad)
         assert e.value.field == "secrets.A" and e.value.exit_code == 2
+
+
+# -- on the node: the agent keeps the values in a 0600 file next to the job ---------------
+@pytest.mark.anyio
+async def test_agent_keeps_secrets_out_of_jobs_db(agents: Any, tmp_path: Path) -> None:
+    from tests.test_nodeagent_helpers import wait_status
+
+    nodes = [agents.start(f"n{r}", rank=r) for r in range(2)]
+    refs = [{"rank": i, "address": n.address} for i, n in enumerate(nodes)]
+    gate = tmp_path / "gate"
+    run = ('echo "rank=$SKYPILOT_NODE_RANK tok=$(printenv TOK | rev) env=$PLAIN"\n'
+           f'while [ ! -f {gate} ]; do sleep 0.05; done')  # fmt: skip
+    head = nodes[0].home
+    async with nodes[0].client() as c:
+        j = await c.submit_job({"run": run, "setup": 'test -n "$TOK"', "num_nodes": 2,
+                                "nodes": refs, "envs": {"PLAIN": "p"},
+                                "secrets": {"TOK": YAML_SECRET}})  # fmt: skip
+        sfile = head / "jobs" / str(j) / "secrets.json"
+        assert sfile.exists() and mode(sfile) == 0o600
+        await wait_status(c, j, "RUNNING")
+        gate.touch()
+        await wait_status(c, j, "SUCCEEDED")
+        log = b"".join([chunk async for chunk in c.tail_logs(j, follow=False)]).decode()
+        for r in (0, 1):  # the worker got the value over the RPC, in memory only
+            assert f"rank={r} tok={YAML_SECRET[::-1]} env=p" in log, log
+        wait_for(lambda: not sfile.exists(), timeout=10)
+        gate.unlink()
+        j2 = await c.submit_job({"run": run, "secrets": {"TOK": CLI_SECRET}})
+        f2 = head / "jobs" / str(j2) / "secrets.json"
+        await wait_status(c, j2, "RUNNING")
+        await c.cancel_jobs([j2])
+        assert not f2.exists()  # cancelled: gone with the job
+    # A finished job's file left by an agent killed before it could delete it goes at start.
+    stale = head / "jobs" / str(j) / "secrets.json"
+    stale.write_text('{"TOK": "x"}')
+    nodes[0].kill9()
+    agents.restart(nodes[0])
+    wait_for(lambda: not stale.exists(), timeout=20)
+    for n in nodes:
+        for p in n.home.rglob("*"):
+            if p.is_file():
+                data = p.read_bytes()
+                assert YAML_SECRET.encode() not in data and CLI_SECRET.encode() not in data, p
