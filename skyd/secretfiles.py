@@ -6,9 +6,8 @@ and the values taken out of the YAML's ``secrets:``, for as long as the request 
 terminal). Nothing else of skyd stores a secret value: request payloads and the managed
 job's ``dag`` keep the keys with ``<redacted>`` values and a reference to the file.
 
-Files are written whole (a temporary file created 0600, fsynced, renamed), so a ``kill -9``
-leaves either the old file, the new one, or none. Stdlib only; the ``a*`` functions run the
-file I/O in a worker thread.
+Files are created 0600 (never chmod-ed after the fact) and fsynced; the ``a*`` functions
+run the file I/O in a worker thread.
 """
 
 from __future__ import annotations
@@ -62,35 +61,33 @@ def _mkdirs(d: Path) -> None:
 
 
 def write(path: Path, data: dict[str, Any], *, exclusive: bool = False) -> None:
-    """Write ``data`` as JSON to ``path`` with mode 0600 (atomically). ``exclusive``: fail
-    with FileExistsError when the file is there already."""
+    """Write ``data`` as JSON to ``path`` with mode 0600. ``exclusive``: create it, failing
+    with FileExistsError when it is there (callers write it before the row that refers to it,
+    so a torn file has no owner and the next daemon start deletes it); else atomically
+    replace it (temporary file, fsync, rename)."""
     _mkdirs(path.parent)
-    if exclusive and path.exists():
-        raise FileExistsError(str(path))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{_random.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    target = path if exclusive else path.with_name(
+        f".{path.name}.{os.getpid()}.{_random.token_hex(4)}.tmp")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
-        if exclusive:
-            os.link(tmp, path)  # FileExistsError when another writer won
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
+        if not exclusive:
+            os.replace(target, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(target)
         raise
 
 
 def read(path: Path) -> dict[str, Any] | None:
-    """The file's JSON, or None when there is no such file."""
+    """The file's JSON, or None when there is no such file (or a torn one)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
