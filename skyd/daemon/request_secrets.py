@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
+
 from skyd import secretfiles
 from skyd.daemon.context import RequestContext
 from skyd.errors import InvalidSpecError, SkydError
@@ -61,6 +63,14 @@ def split_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     if over:
         payload["secrets"] = {k: REDACTED for k in over}
     return payload, {"overrides": over, "tasks": per_task}
+
+
+async def asplit(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``split_payload`` off the event loop when there is YAML to look into."""
+    text = payload.get("yaml")
+    if isinstance(text, str) and "secrets" in text:
+        return await anyio.to_thread.run_sync(split_payload, payload)
+    return split_payload(payload)
 
 
 async def store(rid: str, payload: dict[str, Any], held: dict[str, Any] | None

@@ -80,7 +80,7 @@ class RequestManager:
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
         now = time.time()
-        clean, held = request_secrets.split_payload(payload)  # secret values: a 0600 file
+        clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
         pid = self.daemon.pid
         for _ in range(10):
             rid = secrets.token_hex(4)

@@ -79,6 +79,9 @@ def split_yaml_secrets(text: str, source: str = "<task>") -> tuple[str, list[dic
         return text, []
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except RecursionError:
+        raise InvalidSpecError(f"{source} nests too deeply",
+                               hint="flatten the YAML (a task is a few levels deep)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise InvalidSpecError(
