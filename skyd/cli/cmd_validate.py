@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         msgs = [str(w.message) for w in caught]
         for t in getattr(dag, "tasks", []):
             msgs.extend(t.validate())
-            msgs.extend(f"env {k} has no value: give it at launch with --env {k}=VALUE"
+            msgs.extend(f"secret {k} has no value: give it at launch with --secret {k}"
+                        if k in t.secrets else
+                        f"env {k} has no value: give it at launch with --env {k}=VALUE"
                         for k in t.required_envs())
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")

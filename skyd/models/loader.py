@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -256,7 +256,7 @@ def load_dag(
     source: str | os.PathLike[str], *, text: str | None = None,
     env_overrides: Mapping[str, str] | None = None,
     secret_overrides: Mapping[str, str] | None = None, base_dir: FsPath | None = None,
-    allow_missing_env: bool = False,
+    allow_missing_env: bool = False, task_secrets: Sequence[Mapping[str, str]] = (),
 ) -> Dag:
     """Load a task YAML (one document = one task; several ``---`` documents = a chain).
 
@@ -265,6 +265,8 @@ def load_dag(
     resolve against the YAML's directory. ``env_overrides``/``secret_overrides`` are
     ``--env``/``--secret`` (they win over the YAML). ``allow_missing_env``: envs declared
     ``null`` may stay unset (``Task.required_envs()`` lists them) -- for ``validate``.
+    ``task_secrets``: per task, the secret values ``split_yaml_secrets`` took out of the
+    text (``secret_overrides`` win over them).
     """
     body, display, default_dir = _read(source, text)
     base = FsPath(base_dir) if base_dir is not None else default_dir
@@ -285,7 +287,8 @@ def load_dag(
         prefix: Path = ("tasks", i) if multi else ()
         try:
             task = task_from_config(
-                d, env_overrides=env_overrides, secret_overrides=secret_overrides,
+                d, env_overrides=env_overrides,
+                secret_overrides=_task_secret_overrides(task_secrets, i, secret_overrides),
                 base_dir=base, allow_missing_env=allow_missing_env, lines=lm, prefix=prefix)
         except InvalidSpecError as e:
             errors.append(e)
@@ -315,9 +318,11 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _is_header(doc: Any, n_docs: int) -> bool:
-    if not isinstance(doc, dict):
-        return False
-    keys = set(doc)
+    return isinstance(doc, dict) and is_header_keys(set(doc), n_docs)
+
+
+def is_header_keys(keys: set[Any], n_docs: int) -> bool:
+    """Whether a first document with these keys is a pipeline/job-group header."""
     return keys in ({"name"}, {"name", "execution"}) or (n_docs > 1 and "execution" in keys)
 
 
@@ -433,6 +438,13 @@ def _check_references(header: dict[str, Any], tasks: list[Task], lines: LineMap 
                 errors.append(InvalidSpecError(
                     f"{key} names {ref!r}, which is not a task of this group", field=key,
                     line=line_for((key,), lines), hint=f"task names: {known}"))
+
+
+def _task_secret_overrides(task_secrets: Sequence[Mapping[str, str]], i: int,
+                           over: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    if i >= len(task_secrets):
+        return over
+    return {**task_secrets[i], **(over or {})}
 
 
 def load_task(source: str | os.PathLike[str], **kw: Any) -> Task:
