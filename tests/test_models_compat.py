@@ -264,7 +264,7 @@ def test_managed_jobs_refuse_a_job_group_rather_than_run_it_serially() -> None:
     with pytest.raises(InvalidSpecError, match="job group") as ei:
         _load_docs({"yaml": group})
     assert ei.value.hint and "execution: serial" in ei.value.hint
-    docs = _load_docs({"yaml": group.replace("parallel", "serial")})
+    docs, _ = _load_docs({"yaml": group.replace("parallel", "serial")})
     assert [d.get("name") for d in docs] == ["g", "a", "b"]
 
 
