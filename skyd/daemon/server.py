@@ -16,7 +16,13 @@ from aiohttp import web
 
 from skyd import paths
 from skyd.daemon.context import ReadContext
-from skyd.daemon.http import error_response, internal_error_dict, json_response
+from skyd.daemon.http import (
+    MAX_JSON_DEPTH,
+    error_response,
+    internal_error_dict,
+    json_depth_ok,
+    json_response,
+)
 from skyd.daemon.registry import READS, VERBS, Read
 from skyd.daemon.requests import validation_error
 from skyd.errors import InvalidSpecError, SkydError
@@ -65,6 +71,9 @@ def build_app(daemon: Daemon) -> web.Application:
             return await handler(request)
         except SkydError as e:
             return error_response(e)
+        except RecursionError:
+            return error_response(InvalidSpecError("the input nests too deeply", field="body",
+                                                   hint="flatten it"))
         except web.HTTPException as e:
             if e.status >= 400:
                 err = SkydError(e.reason or "http error", hint=e.text if e.status == 413 else None)
@@ -124,10 +133,22 @@ async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     if not raw.strip():
         return None
+    deep = False
     try:
-        return json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        body, deep = None, True
     except ValueError as e:
         raise InvalidSpecError(f"request body is not valid JSON: {e}", field="body") from None
+    if deep or not json_depth_ok(body):
+        raise InvalidSpecError(f"request body nests deeper than {MAX_JSON_DEPTH} levels",
+                               field="body", hint="flatten the request") from None
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    """JSON has no Infinity/NaN: a body that uses them is refused (400)."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 async def _stream_lines(request: web.Request, chunks: Any) -> web.StreamResponse:

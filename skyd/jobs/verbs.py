@@ -113,6 +113,19 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
     return {"job_id": job_id}
 
 
+async def check_jobs_launch(payload: dict[str, Any]) -> None:
+    """Submit-time check: the job's name (``-n``, else the YAML's), numbers, the task."""
+    from skyd.daemon.http import MAX_ID, number
+    from skyd.names import check_optional_name
+
+    check_optional_name(payload.get("name"), kind="managed job", field="name")
+    number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
+    docs = await anyio.to_thread.run_sync(_load_docs, payload)
+    if not payload.get("name"):
+        first = docs[0] if docs else {}
+        check_optional_name(first.get("name"), kind="managed job", field="name")
+
+
 def _load_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Validate through skyd.models (same code as `skyd validate`) and store the normalized
     task dicts; a bare command becomes {run: command}."""
@@ -148,9 +161,12 @@ async def jobs_queue(ctx: ReadContext, request: web.Request) -> Any:
 
 def _job_id(request: web.Request) -> int:
     try:
-        return int(request.match_info["id"])
+        jid = int(request.match_info["id"])
     except ValueError:
         raise InvalidSpecError("a managed job id is a number", field="id") from None
+    if not 0 <= jid < 2**63:
+        raise InvalidSpecError(f"no managed job id is {jid}", field="id")
+    return jid
 
 
 async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
@@ -229,7 +245,7 @@ def _saved_logs(jid: int) -> list[Path]:
     return sorted(d.glob(f"skyd-jobs-{jid}-*.log")) if d.exists() else []
 
 
-register_verb("jobs.launch", jobs_launch)
+register_verb("jobs.launch", jobs_launch, check=check_jobs_launch)
 register_verb("jobs.cancel", jobs_cancel)
 register_read("GET", "/v1/jobs", jobs_queue)
 register_read("GET", "/v1/jobs/{id}", jobs_get)

@@ -187,7 +187,7 @@ class AsyncClient:
 
     async def jobs_launch(self, task: str | os.PathLike[str] | None = None, *,
                           command: str | None = None, name: str | None = None) -> str:
-        body = {**payloads.task_source(task, command=command), "name": name}
+        body = {**payloads.task_source(task, command=command), "name": payloads.job_name(name)}
         return await self.submit("jobs.launch", body)
 
 

@@ -94,7 +94,7 @@ def jobs_launch(task: str | os.PathLike[str] | None = None, *, command: str | No
                 env: dict[str, str] | None = None, job_recovery: str | None = None) -> str:
     """`skyd jobs launch` (a multi-document YAML is a pipeline)."""
     body = {**payloads.task_source(task, command=command, yaml_text=yaml_text),
-            "name": name, "env": env or {}, "job_recovery": job_recovery}
+            "name": payloads.job_name(name), "env": env or {}, "job_recovery": job_recovery}
     return str(_c().submit("jobs.launch", body))
 
 
