@@ -63,6 +63,27 @@ def test_loader_refuses_deep_big_and_huge_numbers() -> None:
         assert ei.value.field == "num_nodes"
 
 
+@pytest.mark.parametrize("yaml_text", [
+    "resources:\n  autostop: 1e999\nrun: x\n",
+    "resources:\n  autostop: .nan\nrun: x\n",
+    "resources:\n  autostop:\n    idle_minutes: 100000000000000000000000\nrun: x\n",
+    "resources:\n  disk_size: 1e999\nrun: x\n",
+    "resources:\n  accelerators: A100:1e300\nrun: x\n",
+    "resources:\n  max_hourly_cost: .inf\nrun: x\n",
+    "estimated_runtime: .inf\nrun: x\n",
+    "inputs:\n  s3://x: .nan\nrun: x\n",
+])
+def test_model_numbers_are_range_checked(yaml_text: str) -> None:
+    """inf / NaN / absurd magnitudes: one InvalidSpecError naming the field (no
+    OverflowError, nothing non-finite stored)."""
+    from skyd.errors import InvalidSpecError
+    from skyd.models import load_dag
+
+    with pytest.raises(InvalidSpecError) as ei:
+        load_dag("n.yaml", text=yaml_text)
+    assert ei.value.field and ei.value.exit_code == 2
+
+
 # -- the CLI ----------------------------------------------------------------------------
 def test_validate_refuses_bomb_deep_and_bad_bytes(tmp_path: Path) -> None:
     cases = {

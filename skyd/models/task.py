@@ -172,7 +172,8 @@ class Task(SpecModel):
         if not isinstance(v, dict) or len(v) > 1:
             fail(f"{info.field_name} takes at most one entry {{cloud_uri: size_gb}}")
         for k, size in v.items():
-            if isinstance(size, bool) or not isinstance(size, int | float) or size < 0:
+            if (isinstance(size, bool) or not isinstance(size, int | float)
+                    or not 0 <= size <= parsing.MAX_SIZE_GIB):
                 fail(f"size of {k!r} must be a number of GB >= 0, got {size!r}", sub=(str(k),))
         return v
 
