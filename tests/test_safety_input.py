@@ -162,6 +162,11 @@ def test_api_numbers_and_bodies_answer_400(env: Env) -> None:
     assert status == 400 and body["error"]["field"] == "job_ids", body
     status, body = api("POST", "/v1/requests/jobs.launch", {**base, "priority": 1e999})
     assert status == 400, body
+    for raw in (b'{"command":"echo \xff\xfe"}', b'{"command":"echo \\udcff"}'):
+        status, body = api("POST", "/v1/requests/launch", raw=raw)
+        assert status == 400 and body["error"]["field"] == "body", (raw, status, body)
+    status, body = api("GET", "/v1/requests?limit=99999999999999999999999")
+    assert status == 400 and body["error"]["field"] == "limit", body
     deep = b'{"command":"echo","x":' + b"[" * 100000 + b"]" * 100000 + b"}"
     for path in ("/v1/requests/launch", "/v1/validate", "/v1/status/refresh"):
         status, body = api("POST", path, raw=deep)

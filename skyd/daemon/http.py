@@ -31,16 +31,27 @@ MAX_JSON_DEPTH = 64
 MAX_ID = 2**63 - 1  # SQLite INTEGER
 
 
-def json_depth_ok(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True if ``obj`` nests at most ``limit`` containers deep (iterative: any depth is safe)."""
+def json_input_problem(obj: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a decoded JSON body is refused, or None: nesting deeper than ``limit``
+    containers, or a string that is not Unicode text (a lone surrogate such as ``\\udcff``).
+    Iterative: any depth is safe to check."""
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         o, d = stack.pop()
-        if isinstance(o, dict | list):
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string in it is not valid Unicode text (a lone surrogate escape)"
+        elif isinstance(o, dict | list):
             if d > limit:
-                return False
-            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
-    return True
+                return f"it nests deeper than {limit} levels"
+            if isinstance(o, dict):
+                stack.extend((k, d) for k in o)
+                stack.extend((v, d + 1) for v in o.values())
+            else:
+                stack.extend((v, d + 1) for v in o)
+    return None
 
 
 def number(v: Any, field: str, *, lo: float, hi: float, integer: bool = False) -> float | None:

@@ -19,8 +19,9 @@ from skyd.daemon.context import ReadContext
 from skyd.daemon.http import (
     MAX_JSON_DEPTH,
     error_response,
+    int_param,
     internal_error_dict,
-    json_depth_ok,
+    json_input_problem,
     json_response,
 )
 from skyd.daemon.registry import READS, VERBS, Read
@@ -95,10 +96,7 @@ def build_app(daemon: Daemon) -> web.Application:
     async def req_ls(request: web.Request) -> web.StreamResponse:
         q = request.query
         statuses = [s for s in q.get("status", "").split(",") if s]
-        try:
-            limit = int(q.get("limit", "100"))
-        except ValueError:
-            raise InvalidSpecError("limit must be an integer", field="limit") from None
+        limit = int(int_param(request, "limit", 100, lo=1, hi=1_000_000) or 100)
         rows = await rm.ls(statuses or None, q.get("verb") or None, limit, False)
         return json_response(rows)
 
@@ -140,9 +138,10 @@ async def _json_body(request: web.Request) -> Any:
         body, deep = None, True
     except ValueError as e:
         raise InvalidSpecError(f"request body is not valid JSON: {e}", field="body") from None
-    if deep or not json_depth_ok(body):
-        raise InvalidSpecError(f"request body nests deeper than {MAX_JSON_DEPTH} levels",
-                               field="body", hint="flatten the request") from None
+    problem = f"it nests deeper than {MAX_JSON_DEPTH} levels" if deep else json_input_problem(body)
+    if problem is not None:
+        raise InvalidSpecError(f"request body refused: {problem}", field="body",
+                               hint="send plain JSON text of reasonable depth") from None
     return body
 
 
