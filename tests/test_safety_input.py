@@ -162,6 +162,8 @@ def test_api_numbers_and_bodies_answer_400(env: Env) -> None:
     assert status == 400 and body["error"]["field"] == "job_ids", body
     status, body = api("POST", "/v1/requests/jobs.launch", {**base, "priority": 1e999})
     assert status == 400, body
+    status, body = api("POST", "/v1/requests/jobs.cancel", {"ids": ["x", 10**30]})
+    assert status == 400 and body["error"]["field"] == "ids", body
     for raw in (b'{"command":"echo \xff\xfe"}', b'{"command":"echo \\udcff"}'):
         status, body = api("POST", "/v1/requests/launch", raw=raw)
         assert status == 400 and body["error"]["field"] == "body", (raw, status, body)

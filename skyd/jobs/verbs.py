@@ -126,6 +126,18 @@ async def check_jobs_launch(payload: dict[str, Any]) -> None:
         check_optional_name(first.get("name"), kind="managed job", field="name")
 
 
+async def check_jobs_cancel(payload: dict[str, Any]) -> None:
+    from skyd.daemon.http import MAX_ID, number
+
+    ids = payload.get("ids")
+    if ids is not None and not isinstance(ids, list):
+        raise InvalidSpecError("ids must be a list of managed job ids", field="ids")
+    for i in ids or []:
+        number(i, "ids", lo=0, hi=MAX_ID, integer=True)
+    if payload.get("name") is not None and not isinstance(payload["name"], str):
+        raise InvalidSpecError("name must be a string", field="name")
+
+
 def _load_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Validate through skyd.models (same code as `skyd validate`) and store the normalized
     task dicts; a bare command becomes {run: command}."""
@@ -246,7 +258,7 @@ def _saved_logs(jid: int) -> list[Path]:
 
 
 register_verb("jobs.launch", jobs_launch, check=check_jobs_launch)
-register_verb("jobs.cancel", jobs_cancel)
+register_verb("jobs.cancel", jobs_cancel, check=check_jobs_cancel)
 register_read("GET", "/v1/jobs", jobs_queue)
 register_read("GET", "/v1/jobs/{id}", jobs_get)
 register_read("GET", "/v1/jobs/{id}/logs", jobs_logs)
