@@ -53,10 +53,13 @@ def test_loader_refuses_deep_big_and_huge_numbers() -> None:
 
     with pytest.raises(InvalidSpecError) as ei:
         load_dag("deep.yaml", text=deep_yaml())
-    assert "nests deeper" in str(ei.value)
+    assert "nest" in str(ei.value)
     with pytest.raises(InvalidSpecError) as ei:
         load_dag("big.yaml", text="run: echo\nconfig:\n  x: '" + "a" * (2 << 20) + "'\n")
     assert "at most" in str(ei.value)
+    with pytest.raises(InvalidSpecError) as ei:
+        load_dag("s.yaml", text="run: echo \udcff\n")  # a lone surrogate (SDK text input)
+    assert "Unicode" in str(ei.value)
     for n in (10**32, 1_000_000_000_000):
         with pytest.raises(InvalidSpecError) as ei:
             load_dag("n.yaml", text=f"num_nodes: {n}\nrun: echo\n")
@@ -88,7 +91,7 @@ def test_model_numbers_are_range_checked(yaml_text: str) -> None:
 def test_validate_refuses_bomb_deep_and_bad_bytes(tmp_path: Path) -> None:
     cases = {
         "bomb.yaml": (alias_bomb().encode(), "alias"),
-        "deep.yaml": (deep_yaml().encode(), "nests deeper"),
+        "deep.yaml": (deep_yaml().encode(), "nest"),
         "bytes.yaml": (b"run: echo \xff\xfe\n", "UTF-8"),
         "nodes.yaml": (b"num_nodes: 100000000000000000000000000000000\nrun: echo\n", "num_nodes"),
     }

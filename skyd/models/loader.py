@@ -42,7 +42,9 @@ SUBST_FIELDS: tuple[str, ...] = ("name", "workdir", "file_mounts", "resources", 
 # Bounds on a task YAML, checked on the event stream before anything is built from it.
 MAX_YAML_BYTES = 1 << 20  # skyd.sdk.payloads.MAX_TASK_FILE_BYTES
 MAX_YAML_DEPTH = 64  # nested mappings/sequences
-MAX_ALIAS_NODES = 10_000  # nodes that aliases (*x) add when expanded, per document
+MAX_ALIAS_NODES = 5_000  # nodes that aliases (*x) add when expanded, per document
+MAX_YAML_NODES = 10_000  # nodes per document, aliases expanded (building more takes seconds)
+_EVENT_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
 
 def _refuse(source: str, msg: str, mark: Any, hint: str) -> InvalidSpecError:
@@ -54,22 +56,27 @@ def _check_bounds(text: str, source: str) -> None:
     """Refuse, before composing anything, YAML that is too big, nests too deep, or whose
     aliases expand past MAX_ALIAS_NODES (a "billion laughs" bomb is ~400 bytes). Runs on
     PyYAML's event stream, which is iterative: any depth is safe to scan."""
-    size = len(text.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InvalidSpecError(f"{source} is not Unicode text (character {e.start} is a lone"
+                               " surrogate)", hint="save the file as UTF-8") from None
     if size > MAX_YAML_BYTES:
         raise InvalidSpecError(f"{source} is {size} bytes; a task YAML may have at most"
                                f" {MAX_YAML_BYTES}", hint="keep data in files, not in the YAML")
     anchors: dict[str, int] = {}
     stack: list[list[Any]] = []  # [anchor, expanded size so far] per open collection
-    aliased = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    aliased = total = 0
+    for ev in yaml.parse(text, Loader=_EVENT_LOADER):
         if isinstance(ev, yaml.CollectionStartEvent):
             if len(stack) >= MAX_YAML_DEPTH:
                 raise _refuse(source, f"nests deeper than {MAX_YAML_DEPTH} levels",
                               ev.start_mark, "flatten the structure")
             stack.append([ev.anchor, 1])
+            total += 1
             continue
         if isinstance(ev, yaml.DocumentStartEvent):
-            anchors, aliased = {}, 0
+            anchors, aliased, total = {}, 0, 0
             continue
         if isinstance(ev, yaml.CollectionEndEvent):
             anchor, n = stack.pop()
@@ -85,6 +92,11 @@ def _check_bounds(text: str, source: str) -> None:
                               " alias bomb")
         else:
             continue
+        if not isinstance(ev, yaml.CollectionEndEvent):
+            total += n
+            if total > MAX_YAML_NODES:
+                raise _refuse(source, f"has more than {MAX_YAML_NODES} values", ev.start_mark,
+                              "a task YAML this big is not a task; keep data in files")
         if anchor:
             anchors[str(anchor)] = n
         if stack:
