@@ -149,6 +149,13 @@ def test_num_nodes_checked_against_the_infra(env: Env, tmp_path: Path) -> None:
     r = cli("launch", "-y", "-c", "many", "--num-nodes", str(local_max_nodes() + 1), "echo", timeout=60)
     assert r.returncode == 2, r.stderr
     assert not env.cluster_dir("many").exists()
+    # A managed job is refused at submit too (no job row, no controller).
+    r = cli("jobs", "launch", "-y", "-d", str(y), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "num_nodes" in r.stderr
+    assert env.json("jobs", "queue") == []
+    assert not _requests("jobs.launch")
+    assert len(_requests("launch")) <= 1  # the 5000-node dry run (failed when planned)
 
 
 def test_api_numbers_and_bodies_answer_400(env: Env) -> None:

@@ -120,7 +120,7 @@ async def check_jobs_launch(payload: dict[str, Any]) -> None:
 
     check_optional_name(payload.get("name"), kind="managed job", field="name")
     number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
-    docs = await anyio.to_thread.run_sync(_load_docs, payload)
+    docs = await anyio.to_thread.run_sync(_check_docs, payload)
     if not payload.get("name"):
         first = docs[0] if docs else {}
         check_optional_name(first.get("name"), kind="managed job", field="name")
@@ -138,12 +138,24 @@ async def check_jobs_cancel(payload: dict[str, Any]) -> None:
         raise InvalidSpecError("name must be a string", field="name")
 
 
+def _check_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    from skyd.pipeline.checks import capacity
+    from skyd.pipeline.taskload import load_dag_from_payload
+
+    dag = load_dag_from_payload(payload)
+    capacity(list(dag.tasks))
+    return _docs_of(dag)
+
+
 def _load_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """Validate through skyd.models (same code as `skyd validate`) and store the normalized
     task dicts; a bare command becomes {run: command}."""
     from skyd.pipeline.taskload import load_dag_from_payload
 
-    dag = load_dag_from_payload(payload)
+    return _docs_of(load_dag_from_payload(payload))
+
+
+def _docs_of(dag: Any) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [t.to_normalized(redact_secrets=False) for t in dag.tasks]
     if len(docs) > 1 and getattr(dag, "name", None):
         docs = [{"name": dag.name}, *docs]

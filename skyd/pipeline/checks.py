@@ -32,7 +32,7 @@ def _string(payload: dict[str, Any], key: str, *, required: bool = False) -> Non
         raise InvalidSpecError(f"{key} must be a non-empty string, got {v!r}", field=key)
 
 
-def _load(payload: dict[str, Any], *, single: bool) -> None:
+def _load(payload: dict[str, Any], *, single: bool) -> list[Any]:
     from skyd.pipeline.taskload import apply_overrides, load_dag_from_payload
 
     for key in ("yaml", "command", "base_dir", "yaml_path"):
@@ -48,12 +48,24 @@ def _load(payload: dict[str, Any], *, single: bool) -> None:
     if single and len(dag.tasks) != 1:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
                                hint="run pipelines with `skyd jobs launch`")
-    for t in dag.tasks:
-        apply_overrides(t, ov)
+    return [apply_overrides(t, ov) for t in dag.tasks]
 
 
-async def _parse(payload: dict[str, Any], *, single: bool) -> None:
-    await anyio.to_thread.run_sync(lambda: _load(payload, single=single))
+def capacity(tasks: list[Any]) -> None:
+    """num_nodes against what the infras can ever hold (see planner.check_capacity)."""
+    from skyd.pipeline.planner import check_capacity
+
+    for t in tasks:
+        check_capacity(t)
+
+
+async def _parse(payload: dict[str, Any], *, single: bool, launch: bool = False) -> None:
+    def run() -> None:
+        tasks = _load(payload, single=single)
+        if launch:  # a dry run may plan over catalogs this build cannot launch on
+            capacity(tasks)
+
+    await anyio.to_thread.run_sync(run)
 
 
 async def check_launch(payload: dict[str, Any]) -> None:
@@ -64,7 +76,8 @@ async def check_launch(payload: dict[str, Any]) -> None:
     if payload.get("minimize", "cost") not in ("cost", "time"):
         raise InvalidSpecError(f"minimize must be 'cost' or 'time', got {payload['minimize']!r}",
                                field="minimize")
-    await _parse(payload, single=not payload.get("dryrun"))
+    dry = bool(payload.get("dryrun"))
+    await _parse(payload, single=not dry, launch=not dry)
 
 
 async def check_exec(payload: dict[str, Any]) -> None:

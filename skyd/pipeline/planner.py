@@ -156,6 +156,30 @@ def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
     return blocks, why
 
 
+def check_capacity(task: Any) -> None:
+    """Cheap submit-time form of the plan-time check: when no infra this task may use
+    (its pinned infra, else every enabled one) can ever hold num_nodes, InvalidSpecError.
+    Infras that do not know their limit (None) pass; the plan decides for them."""
+    n = int(task.num_nodes or 1)
+    caps: list[int | None] = []
+    enabled = None
+    for r in task.resources:
+        if r.cloud:
+            if r.cloud not in registered_clouds():
+                return  # planned from a catalog: the provider decides
+            caps.append(get_cloud(r.cloud).max_nodes())
+            continue
+        if enabled is None:
+            enabled = [get_cloud(c) for c in registered_clouds() if get_cloud(c).check()[0]]
+        caps.extend(c.max_nodes() for c in enabled)
+    if not caps or any(c is None or n <= c for c in caps):
+        return
+    raise InvalidSpecError(
+        f"num_nodes {n} is more than any infra here can hold (at most {max(c or 0 for c in caps)})",
+        field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
+    )
+
+
 def _solve_dag(
     tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
     launchable_only: bool,
