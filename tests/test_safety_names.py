@@ -160,8 +160,10 @@ def api(method: str, path: str, body: Any = None, raw: bytes | None = None) -> t
 
 
 def _home_intact(env: Env) -> None:
-    assert (env.home / "state.db").exists()
-    assert (env.home / "local").is_dir() or not any(env.home.glob("local"))
+    """SKYD_HOME, its database and logs are still there, and the daemon still answers."""
+    assert (env.home / "state.db").exists() and (env.home / "logs").is_dir()
+    status, body = api("GET", "/v1/health")
+    assert status == 200 and body["status"] == "ok"
 
 
 def test_cli_refuses_bad_cluster_names(env: Env, tmp_path: Path) -> None:
