@@ -58,15 +58,13 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     env = collect_env(args)
+    from skyd.sdk.payloads import read_task_file
+
     if args.yaml == "-":
-        text, path, base = sys.stdin.read(), "<stdin>", os.getcwd()
+        text, path, base = read_task_file(Path("/dev/stdin"), "<stdin>"), "<stdin>", os.getcwd()
     else:
         p = Path(args.yaml)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise InvalidSpecError(f"cannot read {args.yaml}: {e.strerror}",
-                                   hint="give the path of a task YAML") from None
+        text = read_task_file(p, args.yaml)
         path, base = str(p), str(p.resolve().parent)
     try:
         from skyd.models import load_dag

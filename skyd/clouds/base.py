@@ -150,6 +150,11 @@ class Cloud(ABC):
         """Offerings computed at plan time (local machine, ssh pools). None: use the catalog."""
         return None
 
+    def max_nodes(self) -> int | None:
+        """The most nodes one cluster on this infra can ever have (checked at plan time:
+        `num_nodes` above it is refused, exit 2), or None when the provider decides."""
+        return None
+
     def validate_location(self, region: str | None, zone: str | None) -> None:  # noqa: B027
         """Raise a SkydError naming the fix for a region/zone this infra can never have
         (e.g. an SSH pool name typo). Default: the catalog decides."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from skyd import paths
+from skyd import fsutil, paths
 from skyd.clouds.base import (
     NODE_RUNNING,
     NODE_STOPPED,
@@ -57,6 +57,15 @@ def _memory_gib() -> float:
     return 0.0
 
 
+def local_max_nodes() -> int:
+    """How many sandboxes this machine can run: each node is a real agent process plus its
+    jobs, so at most 8 per CPU and one per 256 MiB of memory (never fewer than 4)."""
+    cpus = os.cpu_count() or 1
+    mem = _memory_gib()
+    by_mem = int(mem * 4) if mem > 0 else 8 * cpus
+    return max(4, min(8 * cpus, by_mem))
+
+
 def detect_local_gpus() -> tuple[str | None, int]:
     """(canonical accelerator name, count) of this machine's GPUs, or (None, 0)."""
     try:
@@ -82,7 +91,9 @@ class LocalProvisioner(Provisioner):
         return self._root if self._root is not None else paths.sandboxes_dir()
 
     def cluster_dir(self, cluster: str) -> Path:
-        return self.root / cluster
+        """The cluster's sandbox: a direct child of the root (UnsafePathError for a name that
+        is not one plain path component, e.g. a row written before names were checked)."""
+        return fsutil.child_dir(self.root, cluster)
 
     def node_dir(self, cluster: str, rank: int) -> Path:
         return self.cluster_dir(cluster) / f"node-{rank}"
@@ -267,22 +278,42 @@ class LocalProvisioner(Provisioner):
         log("Restarting node agents that are not running")
         return await self.start(handle, log)
 
+    async def _remove(self, path: Path, log: LogFn) -> None:
+        """Delete a sandbox tree, never anything outside the root (nor the root)."""
+        root = self.root
+        try:
+            if await anyio.to_thread.run_sync(fsutil.safe_rmtree, path, root):
+                log(f"Removed {path}")
+        except fsutil.UnsafePathError as e:
+            log(f"warning: left {path} in place: {e.message}")
+
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._shutdown_agents(handle)
-        cdir = self.cluster_dir(handle.cluster_name)
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
-        log(f"Removed {cdir}")
+        try:
+            cdir: Path | None = self.cluster_dir(handle.cluster_name)
+        except fsutil.UnsafePathError:
+            cdir = None  # a name from before names were checked: remove the node dirs only
+        for node in handle.nodes:
+            nd = Path(node.node_dir) if node.node_dir else None
+            if nd is not None and (cdir is None or nd.parent != cdir):
+                await self._remove(nd, log)
+        if cdir is not None:
+            await self._remove(cdir, log)
 
     async def forget(self, cluster_name: str) -> None:
-        cdir = self.cluster_dir(cluster_name)
-        for nd in sorted(cdir.glob("node-*")) if cdir.exists() else []:
+        try:
+            cdir = self.cluster_dir(cluster_name)
+            nds = sorted(cdir.glob("node-*")) if cdir.is_dir() else []
+        except (fsutil.UnsafePathError, OSError):
+            return  # nothing of ours can be there
+        for nd in nds:
             info = self._agent_info(nd)
             if info and self._pid_alive(int(info["pid"])):
                 try:
                     os.killpg(os.getpgid(int(info["pid"])), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
+        await self._remove(cdir, lambda _m: None)
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         info = self._agent_info(Path(handle.nodes[rank].node_dir))
@@ -292,13 +323,15 @@ class LocalProvisioner(Provisioner):
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
         nd = Path(handle.nodes[rank].node_dir)
+        fsutil.check_dest(dst)
         if dst.startswith("~/") or dst == "~":
-            return nd / "home" / dst[2:]
+            return fsutil.join_confined(nd / "home", dst[2:])
         if dst.startswith("/"):
-            return nd / "root" / dst.lstrip("/")
+            return fsutil.join_confined(nd / "root", dst)
         if dst == WORKDIR_DST:
             return nd / dst
-        return nd / "home" / dst  # relative targets are relative to ~, as in SkyPilot
+        # relative targets are relative to ~, as in SkyPilot; nothing may leave the sandbox
+        return fsutil.join_confined(nd / "home", dst)
 
     async def sync_dir(
         self, handle: ClusterHandle, rank: int, src: str, dst: str, excludes: list[str]
@@ -328,6 +361,9 @@ class LocalCloud(Cloud):
 
     def check(self) -> tuple[bool, str]:
         return True, "always available: nodes are sandboxes on this machine"
+
+    def max_nodes(self) -> int:
+        return local_max_nodes()
 
     def dynamic_offerings(self) -> list[Offering]:
         if self._offering is None:

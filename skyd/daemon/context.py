@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterable
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from skyd.daemon.store import Store, dumps
+from skyd.daemon.store import Store, dumps, dumps_finite
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -80,7 +79,7 @@ class RequestContext:
         """Append one event (a dict with a ``type``) to the log and wake followers."""
         self._seq += 1
         ev = {"seq": self._seq, "ts": round(time.time(), 3), **event}
-        line = (json.dumps(ev, separators=(",", ":"), default=str) + "\n").encode()
+        line = (dumps_finite(ev) + "\n").encode()
         if self._fh is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in close_log

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import AsyncIterable
 from typing import Any
 
 from aiohttp import web
 
+from skyd.daemon.store import dumps_finite
 from skyd.errors import (
     ClusterStateError,
     CredentialsError,
@@ -23,7 +24,68 @@ NDJSON_CT = "application/x-ndjson"
 
 
 def dumpb(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+    return dumps_finite(obj).encode()
+
+
+MAX_JSON_DEPTH = 64
+MAX_ID = 2**63 - 1  # SQLite INTEGER
+
+
+def json_input_problem(obj: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a decoded JSON body is refused, or None: nesting deeper than ``limit``
+    containers, or a string that is not Unicode text (a lone surrogate such as ``\\udcff``).
+    Iterative: any depth is safe to check."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string in it is not valid Unicode text (a lone surrogate escape)"
+        elif isinstance(o, dict | list):
+            if d > limit:
+                return f"it nests deeper than {limit} levels"
+            if isinstance(o, dict):
+                stack.extend((k, d) for k in o)
+                stack.extend((v, d + 1) for v in o.values())
+            else:
+                stack.extend((v, d + 1) for v in o)
+    return None
+
+
+def number(v: Any, field: str, *, lo: float, hi: float, integer: bool = False) -> float | None:
+    """None, or a finite number in [lo, hi] (an integer when ``integer``)."""
+    if v is None:
+        return None
+    ok = isinstance(v, int | float) and not isinstance(v, bool)
+    if ok and isinstance(v, float) and not math.isfinite(v):
+        ok = False
+    if ok and integer and not float(v).is_integer():
+        ok = False
+    if not ok or not lo <= v <= hi:
+        kind = "an integer" if integer else "a number"
+        raise InvalidSpecError(f"{field} must be {kind} between {lo:g} and {hi:g}, got {v!r}",
+                               field=field)
+    return float(v)
+
+
+def int_param(request: web.Request, name: str, default: int | None = None, *,
+              lo: int = 0, hi: int = 2**63 - 1) -> int | None:
+    """An integer from the query string or the route (``lo <= n <= hi``), else a 400 naming
+    ``name``; ``default`` when absent or empty."""
+    raw = request.match_info.get(name)
+    if raw is None:
+        raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise InvalidSpecError(f"{name} must be an integer, got {raw[:40]!r}", field=name) from None
+    if not lo <= n <= hi:
+        raise InvalidSpecError(f"{name} must be between {lo} and {hi}, got {n}", field=name)
+    return n
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from skyd.daemon.context import ReadContext, RequestContext
 
 VerbHandler = Callable[["RequestContext", dict[str, Any]], Awaitable[Any]]
+VerbCheck = Callable[[dict[str, Any]], Awaitable[None]]
 ReadHandler = Callable[["ReadContext", "web.Request"], Awaitable[Any]]
 
 
@@ -32,6 +33,7 @@ class Verb:
     resumable: bool = False
     body: type[pydantic.BaseModel] | None = None
     summary: str = ""
+    check: VerbCheck | None = None
 
 
 @dataclass
@@ -70,6 +72,7 @@ def register_verb(
     body: type[pydantic.BaseModel] | None = None,
     summary: str = "",
     replace: bool = False,
+    check: VerbCheck | None = None,
 ) -> None:
     """Register a mutating verb. ``name`` may contain dots (``jobs.launch``), not slashes.
 
@@ -78,12 +81,16 @@ def register_verb(
     receives the validated payload as a plain dict (``model_dump(mode="json")``).
     ``resumable``: if the daemon dies while the request runs, the next daemon re-invokes
     the handler with the same payload and ``ctx.resumed = True`` instead of failing it.
+    ``check``: ``await check(payload)`` runs before the request is created and raises a
+    SkydError for a payload the handler would refuse (answered 400 / exit 2, no request
+    row); a resumed request is checked again first and failed, not resumed, if it fails.
     """
     if "/" in name or not name:
         raise ValueError(f"bad verb name {name!r}: no slashes")
     if name in VERBS and VERBS[name].handler is not handler and not replace:
         raise ValueError(f"verb {name!r} registered twice")
-    VERBS[name] = Verb(name, handler, resumable, body, summary or (handler.__doc__ or "").strip())
+    VERBS[name] = Verb(name, handler, resumable, body, summary or (handler.__doc__ or "").strip(),
+                       check)
 
 
 def register_read(

@@ -20,7 +20,7 @@ from skyd.daemon.context import TERMINAL_EVENTS, RequestContext
 from skyd.daemon.http import internal_error_dict
 from skyd.daemon.registry import VERBS
 from skyd.daemon.request_secrets import SecretAwareContext
-from skyd.daemon.store import dumps
+from skyd.daemon.store import dumps, dumps_finite
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 
 if TYPE_CHECKING:
@@ -44,6 +44,30 @@ def validation_error(exc: pydantic.ValidationError, what: str) -> InvalidSpecErr
         field=loc,
         hint=f"fix the {what} body ({len(exc.errors())} error(s)); see GET /v1/openapi.json",
     )
+
+
+async def run_check(check: Any, payload: dict[str, Any]) -> None:
+    """A verb's submit-time check. Input too deep for the checker is the user's mistake."""
+    try:
+        await check(payload)
+    except RecursionError:
+        raise InvalidSpecError("the request nests too deeply", field="body",
+                               hint="flatten the input") from None
+
+
+async def _recheck(verb: Any, payload: Any) -> dict[str, Any] | None:
+    """Before a restarted daemon resumes a request: its error dict if it fails the verb's
+    check now (e.g. input accepted by an older daemon), else None."""
+    if verb.check is None:
+        return None
+    try:
+        await run_check(verb.check, payload if isinstance(payload, dict) else {})
+    except SkydError as e:
+        return e.to_dict()
+    except Exception as e:  # noqa: BLE001 - a check that crashes refuses the resume too
+        log.error("re-checking a request failed:\n%s", "".join(traceback.format_exception(e)))
+        return internal_error_dict(e, str(paths.daemon_log()))
+    return None
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -79,6 +103,8 @@ class RequestManager:
                 raise validation_error(e, verb_name) from None
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
+        if verb.check is not None:
+            await run_check(verb.check, payload)
         now = time.time()
         clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
         pid = self.daemon.pid
@@ -231,6 +257,10 @@ class RequestManager:
         )
         for r in rows:
             verb = VERBS.get(r["verb"])
+            refused = await _recheck(verb, r["payload"]) if verb is not None else None
+            if refused is not None:
+                await self._fail_stale(r["id"], r["verb"], refused)
+                continue
             if verb is not None and verb.resumable:
                 log.info("resuming request %s (%s)", r["id"], r["verb"])
                 ctx = SecretAwareContext(
@@ -246,18 +276,21 @@ class RequestManager:
             error = {"type": "SkydError", "message": "daemon restarted", "field": None,
                      "hint": "the daemon stopped while this request ran; run the command again",
                      "line": None, "exit_code": 1}
-            await store.execute(
-                "UPDATE requests SET status = ?, finished_at = ?, error = ? WHERE id = ?",
-                (FAILED, time.time(), dumps(error), r["id"]),
-            )
-            p = paths.request_log(r["id"])
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "ab") as fh:
-                ev = {"seq": _count_lines(p) + 1, "ts": round(time.time(), 3), "type": "error",
-                      "status": FAILED, "error": error}
-                fh.write((json.dumps(ev, separators=(",", ":")) + "\n").encode())
-            log.info("request %s (%s) failed: daemon restarted", r["id"], r["verb"])
+            await self._fail_stale(r["id"], r["verb"], error)
         await request_secrets.sweep(set(self.active))  # files of requests that end here
+
+    async def _fail_stale(self, rid: str, verb: str, error: dict[str, Any]) -> None:
+        await self.daemon.store.execute(
+            "UPDATE requests SET status = ?, finished_at = ?, error = ? WHERE id = ?",
+            (FAILED, time.time(), dumps(error), rid),
+        )
+        p = paths.request_log(rid)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "ab") as fh:
+            ev = {"seq": _count_lines(p) + 1, "ts": round(time.time(), 3), "type": "error",
+                  "status": FAILED, "error": error}
+            fh.write((dumps_finite(ev) + "\n").encode())
+        log.info("request %s (%s) failed: %s", rid, verb, error.get("message"))
 
     # -- reads -----------------------------------------------------------------------
     async def resolve(self, prefix: str) -> str:
@@ -335,7 +368,7 @@ class RequestManager:
                 ev = {"type": "error", "status": row["status"], "error": row["error"]}
             else:
                 ev = {"type": "result", "status": row["status"], "result": row["result"]}
-            yield (json.dumps(ev, separators=(",", ":"), default=str) + "\n").encode()
+            yield (dumps_finite(ev) + "\n").encode()
 
 
 def _read_lines(path: Any, offset: int) -> tuple[bytes, int]:

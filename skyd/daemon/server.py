@@ -16,7 +16,14 @@ from aiohttp import web
 
 from skyd import paths
 from skyd.daemon.context import ReadContext
-from skyd.daemon.http import error_response, internal_error_dict, json_response
+from skyd.daemon.http import (
+    MAX_JSON_DEPTH,
+    error_response,
+    int_param,
+    internal_error_dict,
+    json_input_problem,
+    json_response,
+)
 from skyd.daemon.registry import READS, VERBS, Read
 from skyd.daemon.requests import validation_error
 from skyd.errors import InvalidSpecError, SkydError
@@ -65,6 +72,9 @@ def build_app(daemon: Daemon) -> web.Application:
             return await handler(request)
         except SkydError as e:
             return error_response(e)
+        except RecursionError:
+            return error_response(InvalidSpecError("the input nests too deeply", field="body",
+                                                   hint="flatten it"))
         except web.HTTPException as e:
             if e.status >= 400:
                 err = SkydError(e.reason or "http error", hint=e.text if e.status == 413 else None)
@@ -86,10 +96,7 @@ def build_app(daemon: Daemon) -> web.Application:
     async def req_ls(request: web.Request) -> web.StreamResponse:
         q = request.query
         statuses = [s for s in q.get("status", "").split(",") if s]
-        try:
-            limit = int(q.get("limit", "100"))
-        except ValueError:
-            raise InvalidSpecError("limit must be an integer", field="limit") from None
+        limit = int(int_param(request, "limit", 100, lo=1, hi=1_000_000) or 100)
         rows = await rm.ls(statuses or None, q.get("verb") or None, limit, False)
         return json_response(rows)
 
@@ -124,10 +131,23 @@ async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
     if not raw.strip():
         return None
+    deep = False
     try:
-        return json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        body, deep = None, True
     except ValueError as e:
         raise InvalidSpecError(f"request body is not valid JSON: {e}", field="body") from None
+    problem = f"it nests deeper than {MAX_JSON_DEPTH} levels" if deep else json_input_problem(body)
+    if problem is not None:
+        raise InvalidSpecError(f"request body refused: {problem}", field="body",
+                               hint="send plain JSON text of reasonable depth") from None
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    """JSON has no Infinity/NaN: a body that uses them is refused (400)."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 async def _stream_lines(request: web.Request, chunks: Any) -> web.StreamResponse:

@@ -9,6 +9,7 @@ Inside a ``tx()`` block, read through the yielded connection to see your own wri
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -25,9 +26,29 @@ Row = dict[str, Any]
 T = TypeVar("T")
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (inf, -inf, nan) replaced by None: JSON has no
+    such numbers, and skyd never writes ``Infinity``/``NaN`` (clients would choke on them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
+def dumps_finite(obj: Any) -> str:
+    """Compact JSON; never ``Infinity``/``NaN`` (see finite_json)."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite_json(obj), separators=(",", ":"), default=str, allow_nan=False)
+
+
 def dumps(obj: Any) -> str:
-    """Compact JSON for TEXT columns."""
-    return json.dumps(obj, separators=(",", ":"), default=str)
+    """Compact JSON for TEXT columns (never ``Infinity``/``NaN``)."""
+    return dumps_finite(obj)
 
 
 def decode_json(row: Row | None, cols: Iterable[str]) -> Row | None:

@@ -78,20 +78,17 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from skyd.cli.secret_flags import collect_secrets
+    from skyd.sdk.payloads import job_name, read_task_file
 
     payload: dict[str, Any] = {
-        "env": _envs(args.env), "secrets": collect_secrets(args), "name": args.name, "job_recovery": args.job_recovery,
+        "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),
+        "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
     }  # fmt: skip
     first = args.entrypoint[0]
     if len(args.entrypoint) == 1 and first.endswith((".yaml", ".yml")):
         path = Path(first)
-        try:
-            payload["yaml"] = path.read_text()
-        except OSError as e:
-            from skyd.errors import InvalidSpecError
-
-            raise InvalidSpecError(f"cannot read {first}: {e.strerror}", field="TASK.yaml") from None
+        payload["yaml"] = read_task_file(path, first)
         payload["yaml_path"] = str(path)
         payload["base_dir"] = str(path.resolve().parent)
     else:

@@ -125,6 +125,40 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
     return {"job_id": job_id}
 
 
+async def check_jobs_launch(payload: dict[str, Any]) -> None:
+    """Submit-time check: the job's name (``-n``, else the YAML's), numbers, the task."""
+    from skyd.daemon.http import MAX_ID, number
+    from skyd.names import check_optional_name
+
+    check_optional_name(payload.get("name"), kind="managed job", field="name")
+    number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
+    docs = await anyio.to_thread.run_sync(_check_docs, payload)
+    if not payload.get("name"):
+        first = docs[0] if docs else {}
+        check_optional_name(first.get("name"), kind="managed job", field="name")
+
+
+async def check_jobs_cancel(payload: dict[str, Any]) -> None:
+    from skyd.daemon.http import MAX_ID, number
+
+    ids = payload.get("ids")
+    if ids is not None and not isinstance(ids, list):
+        raise InvalidSpecError("ids must be a list of managed job ids", field="ids")
+    for i in ids or []:
+        number(i, "ids", lo=0, hi=MAX_ID, integer=True)
+    if payload.get("name") is not None and not isinstance(payload["name"], str):
+        raise InvalidSpecError("name must be a string", field="name")
+
+
+def _check_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    from skyd.pipeline.checks import capacity
+    from skyd.pipeline.taskload import load_dag_from_payload
+
+    dag = load_dag_from_payload(payload)
+    capacity(list(dag.tasks))
+    return _docs_of(dag)
+
+
 def _load_docs(payload: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Validate through skyd.models (same code as `skyd validate`): the normalized task
     dicts to store (secret values redacted) and, per task, the secret values; a bare
@@ -132,16 +166,21 @@ def _load_docs(payload: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     from skyd.pipeline.taskload import load_dag_from_payload
 
     dag = load_dag_from_payload(payload)
+    docs = _docs_of(dag)
+    per_task = [{k: v for k, v in t.secrets.items() if v is not None} for t in dag.tasks]
+    return docs, per_task
+
+
+def _docs_of(dag: Any) -> list[dict[str, Any]]:
     if getattr(dag, "is_job_group", False):
         raise InvalidSpecError(
             "this YAML is a job group (execution: parallel): its tasks must run at once, "
             "which managed jobs do not do yet", field="execution",
             hint="use execution: serial (or drop the header) to run the tasks one after another")
     docs: list[dict[str, Any]] = [t.to_normalized() for t in dag.tasks]
-    per_task = [{k: v for k, v in t.secrets.items() if v is not None} for t in dag.tasks]
     if len(docs) > 1 and getattr(dag, "name", None):
         docs = [{"name": dag.name}, *docs]
-    return docs, per_task
+    return docs
 
 
 async def jobs_cancel(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -167,9 +206,12 @@ async def jobs_queue(ctx: ReadContext, request: web.Request) -> Any:
 
 def _job_id(request: web.Request) -> int:
     try:
-        return int(request.match_info["id"])
+        jid = int(request.match_info["id"])
     except ValueError:
         raise InvalidSpecError("a managed job id is a number", field="id") from None
+    if not 0 <= jid < 2**63:
+        raise InvalidSpecError(f"no managed job id is {jid}", field="id")
+    return jid
 
 
 async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
@@ -248,8 +290,8 @@ def _saved_logs(jid: int) -> list[Path]:
     return sorted(d.glob(f"skyd-jobs-{jid}-*.log")) if d.exists() else []
 
 
-register_verb("jobs.launch", jobs_launch)
-register_verb("jobs.cancel", jobs_cancel)
+register_verb("jobs.launch", jobs_launch, check=check_jobs_launch)
+register_verb("jobs.cancel", jobs_cancel, check=check_jobs_cancel)
 register_read("GET", "/v1/jobs", jobs_queue)
 register_read("GET", "/v1/jobs/{id}", jobs_get)
 register_read("GET", "/v1/jobs/{id}/logs", jobs_logs)

@@ -194,6 +194,7 @@ def accelerator_info(name: str) -> AcceleratorInfo:
 # ---------------------------------------------------------------------------- specs
 
 Count = int | float
+MAX_ACCELERATOR_COUNT = 1024  # per node
 
 
 def _parse_count(raw: object, spec: object, field: str) -> Count:
@@ -209,9 +210,10 @@ def _parse_count(raw: object, spec: object, field: str) -> Count:
             field=field,
             hint="the count after ':' must be a positive number, e.g. 'A100:8' or 'T4:0.5'",
         ) from None
-    if not val > 0 or val != val or val == float("inf"):
+    if not 0 < val <= MAX_ACCELERATOR_COUNT:  # NaN fails too
         raise InvalidSpecError(
-            f"accelerator count must be positive, got {raw!r} in {spec!r}",
+            f"accelerator count must be positive (at most {MAX_ACCELERATOR_COUNT}), got {raw!r}"
+            f" in {spec!r}",
             field=field,
             hint="e.g. 'A100:8'",
         )

@@ -180,10 +180,13 @@ def parse_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """Parse a dotenv file: ``KEY=VAL``, ``export KEY=VAL``, quotes, ``#`` comments."""
     p = FsPath(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InvalidSpecError(f"cannot read env file {str(p)!r}: {e.strerror}",
                                field="--env-file", hint="check the path") from None
+    except UnicodeDecodeError as e:
+        raise InvalidSpecError(f"env file {str(p)!r} is not UTF-8 text (bad byte at offset"
+                               f" {e.start})", field="--env-file", hint="save it as UTF-8") from None
     out: dict[str, str] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()

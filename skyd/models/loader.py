@@ -44,12 +44,85 @@ SUBST_FIELDS: tuple[str, ...] = ("name", "workdir", "file_mounts", "resources", 
                                  "volumes")
 
 
+# Bounds on a task YAML, checked on the event stream before anything is built from it.
+MAX_YAML_BYTES = 1 << 20  # skyd.sdk.payloads.MAX_TASK_FILE_BYTES
+MAX_YAML_DEPTH = 64  # nested mappings/sequences
+MAX_ALIAS_NODES = 5_000  # nodes that aliases (*x) add when expanded, per document
+MAX_YAML_NODES = 10_000  # nodes per document, aliases expanded (building more takes seconds)
+_EVENT_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+def _refuse(source: str, msg: str, mark: Any, hint: str) -> InvalidSpecError:
+    line = mark.line + 1 if mark is not None else None
+    return InvalidSpecError(f"{source}: {msg}", line=line, hint=hint)
+
+
+def _check_bounds(text: str, source: str) -> None:
+    """Refuse, before composing anything, YAML that is too big, nests too deep, or whose
+    aliases expand past MAX_ALIAS_NODES (a "billion laughs" bomb is ~400 bytes). Runs on
+    PyYAML's event stream, which is iterative: any depth is safe to scan."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InvalidSpecError(f"{source} is not Unicode text (character {e.start} is a lone"
+                               " surrogate)", hint="save the file as UTF-8") from None
+    if size > MAX_YAML_BYTES:
+        raise InvalidSpecError(f"{source} is {size} bytes; a task YAML may have at most"
+                               f" {MAX_YAML_BYTES}", hint="keep data in files, not in the YAML")
+    anchors: dict[str, int] = {}
+    stack: list[list[Any]] = []  # [anchor, expanded size so far] per open collection
+    aliased = total = 0
+    for ev in yaml.parse(text, Loader=_EVENT_LOADER):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_YAML_DEPTH:
+                raise _refuse(source, f"nests deeper than {MAX_YAML_DEPTH} levels",
+                              ev.start_mark, "flatten the structure")
+            stack.append([ev.anchor, 1])
+            total += 1
+            continue
+        if isinstance(ev, yaml.DocumentStartEvent):
+            anchors, aliased, total = {}, 0, 0
+            continue
+        if isinstance(ev, yaml.CollectionEndEvent):
+            anchor, n = stack.pop()
+        elif isinstance(ev, yaml.ScalarEvent):
+            anchor, n = ev.anchor, 1
+        elif isinstance(ev, yaml.AliasEvent):
+            anchor, n = None, anchors.get(str(ev.anchor), 1)
+            aliased += n
+            if aliased > MAX_ALIAS_NODES:
+                raise _refuse(source, f"its aliases expand to more than {MAX_ALIAS_NODES}"
+                              " nodes", ev.start_mark,
+                              "use fewer or smaller anchors (&x / *x); this looks like an"
+                              " alias bomb")
+        else:
+            continue
+        if not isinstance(ev, yaml.CollectionEndEvent):
+            total += n
+            if total > MAX_YAML_NODES:
+                raise _refuse(source, f"has more than {MAX_YAML_NODES} values", ev.start_mark,
+                              "a task YAML this big is not a task; keep data in files")
+        if anchor:
+            anchors[str(anchor)] = n
+        if stack:
+            stack[-1][1] += n
+
+
 def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
     """Field path -> 1-based line. Also records, under ``("\0raw",) + path``, the source
-    text of plain scalars in envs/secrets (so ``LR: 1.5e-4`` stays "1.5e-4")."""
+    text of plain scalars in envs/secrets (so ``LR: 1.5e-4`` stays "1.5e-4").
+
+    A node reached again through an alias is not walked again (its fields take the line of
+    the alias): the composed graph shares aliased nodes, and walking it expanded is
+    exponential in the nesting of anchors."""
     out: dict[Path, Any] = {}
+    seen: set[int] = set()
 
     def walk(n: yaml.Node, p: Path) -> None:
+        if len(p) > 1:
+            if id(n) in seen:
+                return
+            seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
@@ -85,6 +158,7 @@ def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
 
 def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
     try:
+        _check_bounds(text, source)
         docs = list(yaml.safe_load_all(text))
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as e:
@@ -210,7 +284,7 @@ def _task_from_config(
             except InvalidSpecError as e:
                 errors.append(e)
                 d.pop("resources")
-        task = Task.model_validate(d)
+        task = Task.model_validate(d, context={"unresolved": keep})
     except ValidationError as e:
         errors.extend(convert_validation_errors(e, (), lines))
     except PydanticCustomError as e:
@@ -268,6 +342,19 @@ def load_dag(
     ``task_secrets``: per task, the secret values ``split_yaml_secrets`` took out of the
     text (``secret_overrides`` win over them).
     """
+    try:
+        return _load_dag(source, text, env_overrides, secret_overrides, base_dir,
+                         allow_missing_env, task_secrets)
+    except RecursionError:
+        raise InvalidSpecError(f"{source}: the task nests too deeply",
+                               hint="flatten the structure") from None
+
+
+def _load_dag(
+    source: str | os.PathLike[str], text: str | None, env_overrides: Mapping[str, str] | None,
+    secret_overrides: Mapping[str, str] | None, base_dir: FsPath | None,
+    allow_missing_env: bool, task_secrets: Sequence[Mapping[str, str]] = (),
+) -> Dag:
     body, display, default_dir = _read(source, text)
     base = FsPath(base_dir) if base_dir is not None else default_dir
     docs = [(d, lm) for d, lm in _parse_yaml(body, display) if d is not None]

@@ -98,7 +98,7 @@ def size_to_gib(value: Any, what: str) -> float:
     if isinstance(value, bool):
         fail(f"{what} must be a size, got {value!r}", "e.g. 256 or '256GB'")
     if isinstance(value, int | float):
-        return float(value)
+        return _bounded(float(value), value, what, MAX_SIZE_GIB)
     if not isinstance(value, str):
         fail(f"{what} must be a size, got {type(value).__name__}", "e.g. 256 or '256GB'")
     s = value.strip()
@@ -107,7 +107,18 @@ def size_to_gib(value: Any, what: str) -> float:
     if not m or m.group(2).lower() not in _MEM_UNITS:
         fail(f"bad {what} {value!r}", "write a number of GB or a size like '100GB' or '1TB'")
     v = float(m.group(1)) * _MEM_UNITS[m.group(2).lower()]
-    return -v if neg else v
+    return _bounded(-v if neg else v, value, what, MAX_SIZE_GIB)
+
+
+MAX_SIZE_GIB = float(2**40)  # a thousand PiB: anything bigger is a typo
+MAX_DURATION_S = 10 * 365 * 86400  # ten years
+
+
+def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
+    """Reject inf/NaN and absurd magnitudes where a number enters (e.g. ``1e999``)."""
+    if not math.isfinite(v) or abs(v) > hi:
+        fail(f"{what} {raw!r} is out of range", f"give a finite value of at most {hi:g}")
+    return v
 
 
 def parse_cpus(value: Any) -> str:
@@ -209,4 +220,5 @@ def parse_duration(value: Any, *, default_unit: str, what: str) -> int | float:
         fail(f"bad {what} {value!r}", "e.g. 30, '30m', '5h' or '1d'")
     if secs < 0:
         fail(f"{what} must not be negative, got {value!r}")
+    _bounded(secs, value, what, MAX_DURATION_S)
     return int(secs) if float(secs).is_integer() else secs

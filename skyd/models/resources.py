@@ -133,9 +133,9 @@ class Autostop(SpecModel):
                 if isinstance(im, str):
                     im = int(round(parsing.parse_duration(im, default_unit="m",
                                                           what="idle_minutes") / 60))
-                if not isinstance(im, int) or im < 0:
-                    fail(f"idle_minutes must be an integer >= 0, got {im!r}",
-                         sub=("idle_minutes",))
+                if not isinstance(im, int) or not 0 <= im <= parsing.MAX_DURATION_S // 60:
+                    fail(f"idle_minutes must be an integer in 0..{parsing.MAX_DURATION_S // 60},"
+                         f" got {im!r}", sub=("idle_minutes",))
                 d["idle_minutes"] = im
             if d.get("hook_timeout") is not None and (
                     not isinstance(d["hook_timeout"], int) or d["hook_timeout"] < 1):
@@ -325,7 +325,8 @@ class Resources(SpecModel):
     @field_validator("max_hourly_cost", mode="before")
     @classmethod
     def _cost(cls, v: Any) -> Any:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                              or not 0 < v < float("inf")):
             fail(f"max_hourly_cost must be a positive number, got {v!r}")
         return v
 

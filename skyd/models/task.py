@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
 
 from skyd.errors import InvalidSpecError
 from skyd.models import parsing
@@ -20,6 +20,13 @@ from skyd.models.service import ServiceSpec
 from skyd.models.storage import FileMount, resolve_local
 
 REDACTED = "<redacted>"
+MAX_NUM_NODES = 100_000  # a sanity bound; what an infra can hold is checked at plan time
+# SkyPilot's task-name rule (sky/task.py _VALID_NAME_REGEX), plus a length bound.
+TASK_NAME_RE = re.compile(r"[a-zA-Z0-9]+(?:[._-]{1,2}[a-zA-Z0-9]+)*")
+MAX_TASK_NAME_LEN = 128
+TASK_NAME_RULE = ("letters, digits, '_', '.' and '-' (at most two separators in a row),"
+                  f" starting and ending with a letter or digit, at most {MAX_TASK_NAME_LEN}"
+                  " characters")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 TaskValidator = Callable[["Task"], list[str]]
@@ -138,6 +145,23 @@ class Task(SpecModel):
             return 1
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             fail(f"num_nodes must be an integer >= 1, got {v!r}", "e.g. num_nodes: 2")
+        if v > MAX_NUM_NODES:
+            shown = str(v) if v < 10**12 else f"about 10^{len(str(v)) - 1}"
+            fail(f"num_nodes must be at most {MAX_NUM_NODES}, got {shown}",
+                 "a cluster this big is a typo; the infra's own limit is checked at plan time")
+        return v
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None or not isinstance(v, str):
+            return v
+        unresolved = (info.context or {}).get("unresolved") or ()
+        if any(f"${k}" in v or f"${{{k}" in v for k in unresolved):
+            return v  # `validate` without a value for a variable it uses: checked at launch
+        if not TASK_NAME_RE.fullmatch(v) or len(v) > MAX_TASK_NAME_LEN:
+            fail(f"invalid task name {v[:60]!r}: {TASK_NAME_RULE}",
+                 "e.g. name: train-resnet.v2")
         return v
 
     @field_validator("inputs", "outputs", mode="before")
@@ -148,7 +172,8 @@ class Task(SpecModel):
         if not isinstance(v, dict) or len(v) > 1:
             fail(f"{info.field_name} takes at most one entry {{cloud_uri: size_gb}}")
         for k, size in v.items():
-            if isinstance(size, bool) or not isinstance(size, int | float) or size < 0:
+            if (isinstance(size, bool) or not isinstance(size, int | float)
+                    or not 0 <= size <= parsing.MAX_SIZE_GIB):
                 fail(f"size of {k!r} must be a number of GB >= 0, got {size!r}", sub=(str(k),))
         return v
 
@@ -169,6 +194,10 @@ class Task(SpecModel):
         for k in v:
             if not isinstance(k, str) or not k.strip():
                 fail(f"bad file_mounts destination {k!r}", "use an absolute path or ~/...")
+            if ".." in k.replace("\\", "/").split("/") or "\0" in k:
+                # A destination is a path on the node, inside the node's filesystem view.
+                fail(f"file_mounts destination {k!r} climbs out with '..'",
+                     "write the path on the node without '..', e.g. /data/x or ~/x", sub=(k,))
         return v
 
     # ------------------------------------------------------------------ behaviour

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ def ensure_compat_deps(cache: Path, *, timeout: float = 300.0) -> Path | None:
         return final
     if getattr(sys, "frozen", False):
         return None  # no pip inside a frozen binary; it bundles a prebuilt agent instead
+    from skyd.fsutil import safe_rmtree  # daemon side only: the agent never calls this
+
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="fetch-", dir=str(final.parent)))
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -54,13 +55,13 @@ def ensure_compat_deps(cache: Path, *, timeout: float = 300.0) -> Path | None:
         subprocess.run(cmd, check=True, timeout=timeout, capture_output=True,
                        env={**os.environ, "PIP_NO_INPUT": "1"})
     except (OSError, subprocess.SubprocessError):
-        shutil.rmtree(str(tmp), ignore_errors=True)
+        safe_rmtree(tmp, final.parent)
         return None
     (tmp / ".complete").write_text("\n".join(COMPAT_PINS) + "\n")
     try:
         os.replace(str(tmp), str(final))
     except OSError:  # a concurrent fetch won
-        shutil.rmtree(str(tmp), ignore_errors=True)
+        safe_rmtree(tmp, final.parent)
     return final if (final / ".complete").exists() else None
 
 

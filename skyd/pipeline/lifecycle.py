@@ -59,6 +59,10 @@ async def _for_each(
             except SkydError as e:
                 errors.append((name, e))
                 ctx.log(f"{name}: {e}")
+            except Exception as e:  # noqa: BLE001 - one bad row must not fail the others
+                err = SkydError(f"{type(e).__name__}: {e}")
+                errors.append((name, err))
+                ctx.log(f"{name}: {err}")
 
     async with anyio.create_task_group() as tg:
         for name in names:

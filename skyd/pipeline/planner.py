@@ -14,7 +14,7 @@ from typing import Any
 
 from skyd.clouds.base import ClusterHandle, get_cloud, registered_clouds
 from skyd.clouds.offering import Offering
-from skyd.errors import ClusterStateError, ResourcesUnavailableError
+from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
 __all__ = ["Block", "Choice", "plan_task", "dryrun", "check_fits", "to_request"]
@@ -142,6 +142,44 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
     return catalog.with_enabled(enabled).with_extra(extra)
 
 
+def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
+    """Infras that can never hold a task's num_nodes (e.g. `local`: what this machine can
+    run) are blocked for the plan; the reasons name them."""
+    blocks: list[Block] = []
+    why: list[str] = []
+    for name in registered_clouds():
+        cap = get_cloud(name).max_nodes()
+        big = max((int(t.num_nodes or 1) for t in tasks), default=1)
+        if cap is not None and big > cap:
+            blocks.append(Block(cloud=name))
+            why.append(f"{name} holds at most {cap} node(s)")
+    return blocks, why
+
+
+def check_capacity(task: Any) -> None:
+    """Cheap submit-time form of the plan-time check: when no infra this task may use
+    (its pinned infra, else every enabled one) can ever hold num_nodes, InvalidSpecError.
+    Infras that do not know their limit (None) pass; the plan decides for them."""
+    n = int(task.num_nodes or 1)
+    caps: list[int | None] = []
+    enabled = None
+    for r in task.resources:
+        if r.cloud:
+            if r.cloud not in registered_clouds():
+                return  # planned from a catalog: the provider decides
+            caps.append(get_cloud(r.cloud).max_nodes())
+            continue
+        if enabled is None:
+            enabled = [get_cloud(c) for c in registered_clouds() if get_cloud(c).check()[0]]
+        caps.extend(c.max_nodes() for c in enabled)
+    if not caps or any(c is None or n <= c for c in caps):
+        return
+    raise InvalidSpecError(
+        f"num_nodes {n} is more than any infra here can hold (at most {max(c or 0 for c in caps)})",
+        field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
+    )
+
+
 def _solve_dag(
     tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
     launchable_only: bool,
@@ -150,7 +188,17 @@ def _solve_dag(
 
     catalog = _catalog_for(tasks, launchable_only=launchable_only)
     dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
-    return list(optimize(dag, catalog, minimize=minimize, blocked=blocked))
+    cap_blocks, why = _capacity_blocks(tasks)
+    try:
+        return list(optimize(dag, catalog, minimize=minimize, blocked=[*blocked, *cap_blocks]))
+    except ResourcesUnavailableError:
+        if not why:
+            raise
+        big = max(int(t.num_nodes or 1) for t in tasks)
+        raise InvalidSpecError(
+            f"num_nodes {big} is more than any infra here can hold: " + "; ".join(why),
+            field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
+        ) from None
 
 
 def _solve(task: Any, blocked: list[Block], minimize: str, launchable_only: bool) -> list[Any]:

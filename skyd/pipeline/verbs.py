@@ -18,8 +18,8 @@ import skyd.clouds.ssh  # noqa: F401 - and refreshes clusters before any plannin
 from skyd.clouds.base import get_cloud
 from skyd.daemon.registry import on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
+from skyd.pipeline import checks, launch, lifecycle
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline import launch, lifecycle
 from skyd.pipeline.agents import agent
 
 # SKYD_REFRESH_S: tests and benchmarks shorten the refresher period.
@@ -48,7 +48,13 @@ async def _queue(ctx: Any, request: Any) -> Any:
 async def _logs(ctx: Any, request: Any) -> Any:
     from aiohttp import web
 
+    from skyd.daemon.http import int_param
+
     name = request.match_info["cluster"]
+    # Bad numbers are the caller's mistake (400 naming the parameter), checked first.
+    tail = int(int_param(request, "tail", 0) or 0)
+    node = int_param(request, "node", None, hi=1_000_000)
+    req_job = int_param(request, "job_id", None, lo=1)
     row = await cdb.require_cluster(ctx.store, name)
     handle = cdb.handle_of(row)
     if handle is None or row["status"] != cdb.UP:
@@ -56,14 +62,11 @@ async def _logs(ctx: Any, request: Any) -> Any:
     prov = get_cloud(handle.cloud).provisioner()
     q = request.query
     follow = q.get("follow", "1") in ("1", "true")
-    tail = int(q.get("tail", "0") or 0)
-    node = q.get("node")
     async with agent(prov, handle) as c:
         queue = await c.job_queue()
         if not queue:
             raise NotFoundError(f"cluster {name!r} has no jobs", hint=f"`skyd exec {name} ...`")
-        raw = request.match_info.get("job_id") or q.get("job_id")
-        job_id = int(raw) if raw else max(int(j["job_id"]) for j in queue)
+        job_id = req_job if req_job is not None else max(int(j["job_id"]) for j in queue)
         job = next((j for j in queue if int(j["job_id"]) == job_id), None)
         if job is None:
             raise NotFoundError(
@@ -79,7 +82,7 @@ async def _logs(ctx: Any, request: Any) -> Any:
         await resp.prepare(request)
         kw: dict[str, Any] = {"follow": follow, "tail": tail}
         if node is not None:
-            kw["node"] = int(node)
+            kw["node"] = node
         async for chunk in c.tail_logs(job_id, **kw):
             await resp.write(chunk)
         await resp.write_eof()
@@ -166,13 +169,19 @@ async def _startup(daemon: Any) -> None:
 
 
 def _register() -> None:
-    register_verb("launch", launch.run_launch, resumable=True, summary="Launch a task on a cluster")
-    register_verb("exec", launch.run_exec, summary="Run a task on an existing cluster")
-    register_verb("stop", lifecycle.run_stop, summary="Stop clusters")
-    register_verb("start", lifecycle.run_start, summary="Start stopped clusters")
-    register_verb("down", lifecycle.run_down, summary="Tear down clusters")
-    register_verb("autostop", lifecycle.run_autostop, summary="Set or cancel autostop")
-    register_verb("cancel", lifecycle.run_cancel, summary="Cancel jobs on a cluster")
+    register_verb("launch", launch.run_launch, resumable=True, summary="Launch a task on a cluster",
+                  check=checks.check_launch)
+    register_verb("exec", launch.run_exec, summary="Run a task on an existing cluster",
+                  check=checks.check_exec)
+    register_verb("stop", lifecycle.run_stop, summary="Stop clusters", check=checks.check_targets)
+    register_verb("start", lifecycle.run_start, summary="Start stopped clusters",
+                  check=checks.check_targets)
+    register_verb("down", lifecycle.run_down, summary="Tear down clusters",
+                  check=checks.check_targets)
+    register_verb("autostop", lifecycle.run_autostop, summary="Set or cancel autostop",
+                  check=checks.check_autostop)
+    register_verb("cancel", lifecycle.run_cancel, summary="Cancel jobs on a cluster",
+                  check=checks.check_cancel)
     register_read("GET", "/v1/clusters/{cluster}/queue", _queue, summary="Jobs on a cluster")
     register_read("GET", "/v1/clusters/{cluster}/logs", _logs, summary="Latest job's log stream")
     register_read("GET", "/v1/clusters/{cluster}/jobs/{job_id}/logs", _logs, summary="A job's log")

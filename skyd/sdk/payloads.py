@@ -26,15 +26,39 @@ def task_source(task: str | os.PathLike[str] | None = None, *, command: str | No
         return {"yaml": yaml_text, "base_dir": base_dir or os.getcwd()}
     if task is not None:
         path = Path(task).expanduser().resolve()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise InvalidSpecError(f"cannot read {task}: {e.strerror}",
-                                   hint="check the path of the task YAML") from None
+        text = read_task_file(path, str(task))
         return {"yaml": text, "yaml_path": str(path), "base_dir": base_dir or str(path.parent)}
     if command:
         return {"command": command, "base_dir": base_dir or os.getcwd()}
     raise InvalidSpecError("nothing to run", hint="give a task YAML path, YAML text or a command")
+
+
+MAX_TASK_FILE_BYTES = 1 << 20  # skyd.models.loader.MAX_YAML_BYTES: refused before sending
+
+
+def read_task_file(path: Path, shown: str) -> str:
+    """A task YAML's text: UTF-8, at most MAX_TASK_FILE_BYTES (InvalidSpecError otherwise)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_TASK_FILE_BYTES + 1)
+    except OSError as e:
+        raise InvalidSpecError(f"cannot read {shown}: {e.strerror}",
+                               hint="check the path of the task YAML") from None
+    if len(data) > MAX_TASK_FILE_BYTES:
+        raise InvalidSpecError(f"{shown} is larger than {MAX_TASK_FILE_BYTES // 1024} KiB",
+                               hint="a task YAML this big is not a task; keep data in files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidSpecError(f"{shown} is not UTF-8 text (bad byte at offset {e.start})",
+                               hint="save the file as UTF-8") from None
+
+
+def job_name(name: str | None) -> str | None:
+    """A managed job's name (``jobs launch -n``), checked by the naming rule."""
+    from skyd.names import check_optional_name
+
+    return check_optional_name(name, kind="managed job", field="name")
 
 
 def overrides(**kw: Any) -> dict[str, Any]:
@@ -93,9 +117,12 @@ def launch_payload(source: dict[str, Any], *, cluster_name: str | None = None,
                    detach_run: bool = False, idle_minutes: float | None = None,
                    down: bool = False, no_setup: bool = False, retry_until_up: bool = False,
                    minimize: str = "cost", **resource_overrides: Any) -> dict[str, Any]:
+    from skyd.names import check_optional_name
+
+    cluster_name = check_optional_name(cluster_name, kind="cluster", field="cluster_name")
     return {**source, "cluster_name": cluster_name, "env": env or {},
-            "secrets": resolve_secrets(secrets), "dryrun": dryrun, "detach_run": detach_run,
-            "idle_minutes": idle_minutes, "down": down, "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
+            "secrets": resolve_secrets(secrets), "dryrun": dryrun, "detach_run": detach_run, "idle_minutes": idle_minutes, "down": down,
+            "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
             "overrides": overrides(**resource_overrides)}  # fmt: skip
 
 
@@ -113,7 +140,8 @@ def jobs_launch_payload(source: dict[str, Any], *, name: str | None = None,
                         secrets: Mapping[str, str | None] | None = None,
                         job_recovery: str | None = None, retry_until_up: bool = False,
                         priority: int = 0) -> dict[str, Any]:
-    return {**source, "name": name, "env": env or {}, "secrets": resolve_secrets(secrets),
+    return {**source, "name": job_name(name), "env": env or {},
+            "secrets": resolve_secrets(secrets),
             "job_recovery": job_recovery, "retry_until_up": retry_until_up,
             "priority": priority}  # fmt: skip
 

@@ -397,8 +397,11 @@ class SSHProvisioner(Provisioner):
         return "127.0.0.1", await t.forward_local(host, node.agent_port)
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> str:
+        from skyd.fsutil import check_dest
+
         node = handle.nodes[rank]
         home = str(node.extra.get("home") or "")
+        check_dest(dst)  # a destination may not climb out of where it is put with '..'
         if dst == "~" or dst.startswith("~/"):
             return posixpath.join(home, dst[2:]) if home else dst
         if dst.startswith("/"):

@@ -8,6 +8,8 @@ Layout on a host (``~`` is the login user's home):
 
 from __future__ import annotations
 
+from skyd.fsutil import REMOTE_SRC
+
 _COMMON = r"""
 import json, os, signal, subprocess, sys, time
 def alive(pid):
@@ -132,10 +134,15 @@ print("stopped" if was else "not-running")
 """
 
 # argv: node_dir base_dir sha -> stop the agent and everything in its session, remove files;
-# zipapps no remaining node dir uses are removed too
-TERMINATE = _COMMON + r"""
-import shutil
+# zipapps no remaining node dir uses are removed too. The node dir is removed only if it lies
+# inside base/nodes (skyd.fsutil's safe_rmtree, the same code as on the daemon's machine).
+TERMINATE = _COMMON + REMOTE_SRC + r"""
 nd, base, sha = sys.argv[1:4]
+try:
+    confined_target(nd, os.path.join(base, "nodes"))
+except ValueError as e:
+    sys.stderr.write("skyd: %s\n" % e)
+    sys.exit(4)
 pid = running_pid(nd)
 if pid:
     stop(nd, grace=5.0)
@@ -144,8 +151,8 @@ if pid:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
-shutil.rmtree(nd, ignore_errors=True)
 nodes = os.path.join(base, "nodes")
+safe_rmtree(nd, nodes)
 in_use = set()
 if os.path.isdir(nodes):
     for d in os.listdir(nodes):
