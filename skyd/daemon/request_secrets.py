@@ -146,6 +146,20 @@ def mask_obj(obj: Any, mask: tuple[str, ...]) -> Any:
     return obj
 
 
+def mask_error(err: SkydError, held: dict[str, Any] | None) -> SkydError:
+    """``err`` (raised by a submit-time check) with the request's secret values masked."""
+    if not held:
+        return err
+    mask = _mask_values([held.get("overrides") or {}, *(held.get("tasks") or [])])
+    for e in [err, *(getattr(err, "errors", None) or [])]:
+        if isinstance(e, SkydError):
+            e.message = mask_text(e.message, mask)
+            e.args = (e.message,)
+            if e.hint:
+                e.hint = mask_text(e.hint, mask)
+    return err
+
+
 def redact(ctx: RequestContext, obj: Any) -> Any:
     """``obj`` with the request's secret values replaced by ``<redacted>``."""
     return mask_obj(obj, ctx.mask) if isinstance(ctx, SecretAwareContext) else obj

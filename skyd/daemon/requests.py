@@ -103,10 +103,13 @@ class RequestManager:
                 raise validation_error(e, verb_name) from None
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
-        if verb.check is not None:
-            await run_check(verb.check, payload)
-        now = time.time()
         clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
+        if verb.check is not None:
+            try:
+                await run_check(verb.check, payload)
+            except SkydError as e:
+                raise request_secrets.mask_error(e, held) from None
+        now = time.time()
         pid = self.daemon.pid
         for _ in range(10):
             rid = secrets.token_hex(4)
