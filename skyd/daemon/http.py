@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterable
 from typing import Any
 
@@ -20,6 +21,7 @@ from skyd.errors import (
 
 JSON_CT = "application/json"
 NDJSON_CT = "application/x-ndjson"
+log = logging.getLogger("skyd.daemon.http")
 
 
 def dumpb(obj: Any) -> bytes:
@@ -68,7 +70,7 @@ async def stream_ndjson(request: web.Request, items: AsyncIterable[Any]) -> web.
         async for item in items:
             data = item if isinstance(item, bytes) else dumpb(item) + b"\n"
             await resp.write(data)
-    except (ConnectionResetError, ConnectionError):
-        return resp
-    await resp.write_eof()
+        await resp.write_eof()
+    except ConnectionError:  # the follower left: normal, not an error
+        log.info("%s %s: the client went away", request.method, request.path)
     return resp
