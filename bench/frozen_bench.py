@@ -2,10 +2,12 @@
 
     packaging/build.sh && .venv/bin/python bench/frozen_bench.py [--runs 10] [--first-runs 3]
 
-Median wall time of `skyd --version`, `skyd --help` and `skyd status` (a daemon running,
-started once per variant by that variant). The one-file build is measured twice: its first
-run (each run with an empty unpack cache: it unpacks the one-folder tree, then runs it) and
-later runs (cache filled: the launcher execs the cached binary).
+Median wall time of `skyd --version`, `skyd --help` and `skyd status` (one daemon running,
+started by the one-folder build). The variants' runs are interleaved (A B C A B C ...) so a
+busy machine slows them alike. The one-file build is measured twice: its first run (each
+run with an empty unpack cache: it unpacks the one-folder tree, then runs it) and later
+runs (cache filled: the launcher execs the cached binary). Last line: the launcher's own
+cost, a one-file build around /bin/true against /bin/true itself.
 """
 
 from __future__ import annotations
@@ -15,17 +17,19 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ONEFILE = ROOT / "dist/onefile/skyd"
-VARIANTS = {
-    "onefile (first run)": ONEFILE,
-    "onefile (cached)": ONEFILE,
-    "onedir": ROOT / "dist/onedir/skyd/skyd",
-    "venv": ROOT / ".venv/bin/skyd",
+ONEDIR = ROOT / "dist/onedir/skyd/skyd"
+VARIANTS = {  # name -> (executable, fresh unpack cache per run)
+    "onefile (first run)": (ONEFILE, True),
+    "onefile (cached)": (ONEFILE, False),
+    "onedir": (ONEDIR, False),
+    "venv": (ROOT / ".venv/bin/skyd", False),
 }
 COMMANDS = {"--version": ["--version"], "--help": ["--help"], "status": ["status"]}
 
@@ -36,18 +40,27 @@ def size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) / 2**20
 
 
-def timed(cmd: list[str], runs: int, fresh_cache: bool, scratch: Path) -> float:
-    walls = []
-    for i in range(runs):
-        env = dict(os.environ)
-        cache = scratch / f"cache-{i}"
-        if fresh_cache:
-            env["SKYD_ONEFILE_CACHE"] = str(cache)
-        t = time.perf_counter()
-        subprocess.run(cmd, capture_output=True, check=True, timeout=120, env=env)
-        walls.append((time.perf_counter() - t) * 1000)
-        shutil.rmtree(cache, ignore_errors=True)
-    return statistics.median(walls)
+def wall_ms(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, timeout=120, env=env)
+    return (time.perf_counter() - t) * 1000
+
+
+def launcher_overhead(scratch: Path, runs: int) -> tuple[float, float]:
+    sys.path.insert(0, str(ROOT / "packaging"))
+    import onefile
+
+    tree = scratch / "true-tree" / "skyd"
+    tree.mkdir(parents=True)
+    shutil.copy2("/bin/true", tree / "skyd")
+    exe = scratch / "true-onefile"
+    onefile.build(tree, exe)
+    wall_ms([str(exe)])  # first run: unpack
+    a, b = [], []
+    for _ in range(runs):
+        a.append(wall_ms([str(exe)]))
+        b.append(wall_ms(["/bin/true"]))
+    return statistics.median(a), statistics.median(b)
 
 
 def main() -> None:
@@ -59,22 +72,37 @@ def main() -> None:
     os.environ.update(SKYD_HOME=str(scratch / "home"),
                       SKYD_SOCKET=tempfile.mkdtemp(dir="/tmp") + "/s.sock",
                       SKYD_ONEFILE_CACHE=str(scratch / "onefile-cache"))
-    print(f"{'variant':20} {'size':>9} " + " ".join(f"{c:>10}" for c in COMMANDS) + "  (median ms)")
+    present = {n: v for n, v in VARIANTS.items() if v[0].exists()}
+    for n in VARIANTS.keys() - present.keys():
+        print(f"{n}: missing ({VARIANTS[n][0]}); run packaging/build.sh")
     try:
-        for name, exe in VARIANTS.items():
-            if not exe.exists():
-                print(f"{name:20} missing ({exe}); run packaging/build.sh")
-                continue
-            size = size_mb(exe if name != "onedir" else exe.parent) if name != "venv" else 0.0
-            first = name.endswith("(first run)")
-            subprocess.run([str(exe), "daemon", "start"], capture_output=True, check=True, timeout=120)
-            try:
-                runs = args.first_runs if first else args.runs
-                cells = [timed([str(exe), *c], runs, first, scratch) for c in COMMANDS.values()]
-            finally:
-                subprocess.run([str(exe), "daemon", "stop"], capture_output=True, timeout=60)
+        subprocess.run([str(ONEDIR), "daemon", "start"], capture_output=True, check=True, timeout=120)
+        for exe, _ in present.values():
+            wall_ms([str(exe), "--version"])  # warm the page cache; fills the unpack cache
+        walls: dict[tuple[str, str], list[float]] = {(n, c): [] for n in present for c in COMMANDS}
+        try:
+            for cname, cargs in COMMANDS.items():
+                for i in range(args.runs):
+                    for name, (exe, fresh) in present.items():
+                        if fresh and i >= args.first_runs:
+                            continue
+                        env = dict(os.environ)
+                        if fresh:
+                            env["SKYD_ONEFILE_CACHE"] = str(scratch / f"fresh-{i}")
+                        walls[(name, cname)].append(wall_ms([str(exe), *cargs], env))
+                        if fresh:
+                            shutil.rmtree(scratch / f"fresh-{i}")
+        finally:
+            subprocess.run([str(ONEDIR), "daemon", "stop"], capture_output=True, timeout=60)
+        print(f"{'variant':20} {'size':>9} " + " ".join(f"{c:>10}" for c in COMMANDS) + "  (median ms)")
+        for name, (exe, _) in present.items():
+            size = 0.0 if name == "venv" else size_mb(exe if exe == ONEFILE else exe.parent)
             sz = f"{size:7.1f}MB" if size else "      n/a"
+            cells = [statistics.median(walls[(name, c)]) for c in COMMANDS]
             print(f"{name:20} {sz:>9} " + " ".join(f"{v:10.0f}" for v in cells))
+        with_launcher, bare = launcher_overhead(scratch, max(args.runs, 20))
+        print(f"launcher: one-file around /bin/true {with_launcher:.1f} ms, /bin/true {bare:.1f} ms "
+              f"(+{with_launcher - bare:.1f} ms)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
