@@ -222,3 +222,25 @@ async def test_agent_log_tail_reads_off_the_loop(guard: LoopIOGuard, skyd_home: 
     whole = b"".join([c async for c in tail_file(log, follow=False, tail=0, is_done=lambda: True)])
     assert whole.count(b"\n") == 100_000
     assert guard.hits == [], "\n".join(guard.hits)
+
+
+async def test_ssh_pools_and_host_facts_read_off_the_loop(guard: LoopIOGuard, tmp_path: Path) -> None:
+    """The daemon's start probes unprobed pool hosts (pools file, hosts.json); a dry run
+    on the ssh infra plans over them."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the probe fails fast
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = Path(os.environ["SKYD_CONFIG_DIR"])
+    await anyio.Path(cfg).mkdir(parents=True, exist_ok=True)
+    await anyio.Path(cfg / "ssh_node_pools.yaml").write_text(
+        f"mypool:\n  hosts:\n    - ip: 127.0.0.1\n      port: {port}\n")
+    guard.roots.append(str(cfg))
+    async with daemon_in_loop(guard), AsyncClient(autostart=False) as c:
+        rid = await c.submit("launch", {"yaml": "resources:\n  infra: ssh/mypool\nrun: echo hi\n",
+                                        "dryrun": True, "base_dir": str(tmp_path)})
+        async for _ in c.stream(rid):
+            pass
+        await anyio.sleep(0.5)  # the start-up probe's attempt
+    assert guard.hits == [], "\n".join(guard.hits)
