@@ -56,6 +56,39 @@ class InvalidSpecError(SkydError):
     exit_code = 2
 
 
+class InvalidSpecErrors(InvalidSpecError):
+    """Several independent mistakes in one spec, each with its field, line and fix.
+
+    Travels (and is rebuilt client-side) as an ``InvalidSpecError`` whose message lists
+    every error; ``to_dict()`` adds ``errors``: one ``{field, line, message, hint}`` each.
+    """
+
+    def __init__(self, errors: list[InvalidSpecError], source: str | None = None) -> None:
+        self.errors = list(errors)
+        where = f" in {source}" if source else ""
+        super().__init__(f"{len(self.errors)} errors{where}", hint=None)
+
+    def __str__(self) -> str:
+        lines = [self.message + ":"]
+        for e in self.errors:
+            lines.append(f"  {e}")
+            if e.hint:
+                lines.append(f"    hint: {e.hint}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["type"] = "InvalidSpecError"
+        d["message"] = self.message
+        d["errors"] = [spec_error_entry(e) for e in self.errors]
+        return d
+
+
+def spec_error_entry(e: SkydError) -> dict[str, Any]:
+    """One error as a JSON entry: the bare message, with field, line and hint apart."""
+    return {"field": e.field, "line": e.line, "message": e.message, "hint": e.hint}
+
+
 class NotFoundError(SkydError):
     """Unknown cluster, job, request, service, pool."""
 
@@ -113,6 +146,14 @@ _BY_NAME: dict[str, type[SkydError]] = {
 
 def error_from_dict(d: dict[str, Any]) -> SkydError:
     """Rebuild an error sent over the wire (client side)."""
+    entries = d.get("errors")
+    if d.get("type") == "InvalidSpecError" and isinstance(entries, list) and entries:
+        errs = [InvalidSpecError(str(x.get("message", "")), field=x.get("field"),
+                                 hint=x.get("hint"), line=x.get("line"))
+                for x in entries if isinstance(x, dict)]
+        many = InvalidSpecErrors(errs)
+        many.message = str(d.get("message") or many.message)
+        return many
     cls = _BY_NAME.get(str(d.get("type")), SkydError)
     err = cls.__new__(cls)
     SkydError.__init__(err, str(d.get("message", "")), hint=d.get("hint"))

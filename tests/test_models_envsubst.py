@@ -57,10 +57,25 @@ def test_unset_variable_error_names_var_field_and_fix() -> None:
     assert e.hint and "--env DATASET=" in e.hint and "envs:" in e.hint
 
 
-def test_unset_in_resources_names_resources_field() -> None:
+def test_resources_substitute_only_defined_variables() -> None:
+    # SkyPilot keeps `$` text in resources that is not a defined variable: an OCI shape.
+    t = load_task("t.yaml", text="resources:\n  instance_type: VM.Standard.E4.Flex$_2_16\n")
+    assert t.resources[0].instance_type == "VM.Standard.E4.Flex$_2_16"
+    t = load_task("t.yaml", text="resources:\n  infra: aws/$REGION\n")
+    assert t.resources[0].region == "$REGION"
+    text = ("envs: {R: us-east-1}\nresources:\n  infra: aws/$R\n"
+            "  instance_type: ${TYPE:-m5.large}\n  labels: {a: '${1x}', b: '${open'}\n")
+    r = load_task("t.yaml", text=text).resources[0]
+    assert (r.region, r.instance_type) == ("us-east-1", "m5.large")
+    assert r.labels == {"a": "${1x}", "b": "${open"}
+    r = load_task("t.yaml", text=text, env_overrides={"TYPE": "c5.xlarge"}).resources[0]
+    assert r.instance_type == "c5.xlarge"
+
+
+def test_unset_outside_resources_stays_an_error() -> None:
     with pytest.raises(InvalidSpecError) as ei:
-        load_task("t.yaml", text="resources:\n  infra: aws/$REGION\n")
-    assert ei.value.field == "resources.infra"
+        load_task("t.yaml", text="workdir: /src/$PROJ\nresources:\n  cpus: 2\n")
+    assert ei.value.field == "workdir" and "$PROJ" in ei.value.message
 
 
 def test_override_precedence() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from skyd.cli.cmd_validate import add_env_flags, collect_env
 from skyd.cli.output import add_output_flag
+from skyd.cli.secret_flags import add_secret_flags, collect_secrets
 
 
 def _add_resource_flags(p: argparse.ArgumentParser) -> None:
@@ -31,6 +32,7 @@ def _add_resource_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workdir", help="directory synced to the nodes (the job's cwd)")
     g.add_argument("--name", "-n", dest="task_name", help="task name")
     add_env_flags(p)
+    add_secret_flags(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -133,7 +135,8 @@ def run_launch(args: argparse.Namespace) -> int:
     from skyd.sdk.payloads import launch_payload
 
     payload = launch_payload(
-        _entry(args.entrypoint), env=collect_env(args), cluster_name=args.cluster,
+        _entry(args.entrypoint), env=collect_env(args), secrets=collect_secrets(args),
+        cluster_name=args.cluster,
         dryrun=args.dryrun, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
         down=args.down, no_setup=args.no_setup, retry_until_up=args.retry_until_up,
         minimize=args.minimize, **_overrides(args),
@@ -174,7 +177,7 @@ def run_exec(args: argparse.Namespace) -> int:
     from skyd.sdk.payloads import exec_payload
 
     payload = exec_payload(_entry(args.entrypoint), env=collect_env(args),
-                           cluster_name=args.cluster, detach_run=args.detach_run,
+                           secrets=collect_secrets(args), cluster_name=args.cluster, detach_run=args.detach_run,
                            **_overrides(args))
     client = get_client()
     return _finish(client, client.submit("exec", payload), args)

@@ -76,13 +76,18 @@ def run(args: argparse.Namespace) -> int:
         raise SkydError(f"the task model is not available: {e}") from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        dag = load_dag(path, text=text, env_overrides=env, base_dir=Path(base),
-                       allow_missing_env=True)
+        try:
+            dag = load_dag(path, text=text, env_overrides=env, base_dir=Path(base),
+                           allow_missing_env=True)
+        except InvalidSpecError as e:
+            return _report_errors(e, args.output == "json")
         normalized = dag.to_normalized()
         msgs = [str(w.message) for w in caught]
         for t in getattr(dag, "tasks", []):
             msgs.extend(t.validate())
-            msgs.extend(f"env {k} has no value: give it at launch with --env {k}=VALUE"
+            msgs.extend(f"secret {k} has no value: give it at launch with --secret {k}"
+                        if k in t.secrets else
+                        f"env {k} has no value: give it at launch with --env {k}=VALUE"
                         for k in t.required_envs())
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
@@ -96,3 +101,27 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(yaml.safe_dump(normalized, sort_keys=False, default_flow_style=False,
                                          allow_unicode=True))
     return 0
+
+
+def _report_errors(err: InvalidSpecError, as_json: bool) -> int:
+    """Every error of the file: each with its field, line and fix; ``-o json`` gives one
+    document listing them all. Exit 2."""
+    import sys
+
+    from skyd.errors import spec_error_entry
+
+    errors = list(getattr(err, "errors", None) or [err])
+    if as_json:
+        from skyd.cli.output import print_json
+
+        doc = err.to_dict()
+        doc["errors"] = [spec_error_entry(e) for e in errors]
+        print_json(doc)
+        return err.exit_code
+    for e in errors:
+        sys.stderr.write(f"error: {e}\n")
+        if e.hint:
+            sys.stderr.write(f"hint: {e.hint}\n")
+    if len(errors) > 1:
+        sys.stderr.write(f"{err.message}\n")
+    return err.exit_code

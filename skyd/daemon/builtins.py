@@ -108,7 +108,9 @@ def task_warnings(dag: Any) -> list[str]:
     for t in getattr(dag, "tasks", []):
         out.extend(t.validate())
         for k in t.required_envs():
-            out.append(f"env {k} has no value: give it at launch with --env {k}=VALUE")
+            out.append(f"secret {k} has no value: give it at launch with --secret {k}"
+                       if k in t.secrets else
+                       f"env {k} has no value: give it at launch with --env {k}=VALUE")
     return out
 
 

@@ -15,9 +15,11 @@ import anyio
 import pydantic
 
 from skyd import paths
+from skyd.daemon import request_secrets
 from skyd.daemon.context import TERMINAL_EVENTS, RequestContext
 from skyd.daemon.http import internal_error_dict
 from skyd.daemon.registry import VERBS
+from skyd.daemon.request_secrets import SecretAwareContext
 from skyd.daemon.store import dumps
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 
@@ -78,22 +80,28 @@ class RequestManager:
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
         now = time.time()
-        pj = dumps(payload)
+        clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
         pid = self.daemon.pid
         for _ in range(10):
             rid = secrets.token_hex(4)
+            stored = await request_secrets.store(rid, clean, held)
+            if stored is None:
+                continue
             try:
                 await self.daemon.store.execute(
                     "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid) "
                     "VALUES(?, ?, ?, ?, ?, '[]', ?)",
-                    (rid, verb_name, PENDING, now, pj, pid),
+                    (rid, verb_name, PENDING, now, dumps(stored), pid),
                 )
+                payload = stored
                 break
             except sqlite3.IntegrityError:
+                await request_secrets.discard(rid, held)
                 continue
         else:  # pragma: no cover - 10 collisions of 32 random bits
             raise RuntimeError("could not allocate a request id")
-        self._start(RequestContext(rid, verb_name, payload, self.daemon, paths.request_log(rid)))
+        self._start(SecretAwareContext(rid, verb_name, payload, self.daemon,
+                                       paths.request_log(rid)))
         return rid
 
     def _start(self, ctx: RequestContext) -> None:
@@ -116,7 +124,7 @@ class RequestManager:
                 verb = VERBS[ctx.verb]
                 async with anyio.create_task_group() as tg:
                     ctx.tg = tg
-                    result = await verb.handler(ctx, ctx.payload)
+                    result = await verb.handler(ctx, await request_secrets.attach(ctx, ctx.payload))
                 status = SUCCEEDED
             if ctx.cancel_scope.cancel_called:
                 status, result = CANCELLED, None
@@ -136,7 +144,7 @@ class RequestManager:
             else:
                 log.error(
                     "request %s (%s) crashed:\n%s", ctx.request_id, ctx.verb,
-                    "".join(traceback.format_exception(exc)),
+                    request_secrets.redact(ctx, "".join(traceback.format_exception(exc))),
                 )
                 error = internal_error_dict(exc, str(paths.daemon_log()))
         with anyio.CancelScope(shield=True):
@@ -159,6 +167,7 @@ class RequestManager:
                          "hint": None, "line": None, "exit_code": 130}
             if result is None and ctx.partial_result and status == SUCCEEDED:
                 result = ctx.partial_result
+            result, error = request_secrets.redact(ctx, result), request_secrets.redact(ctx, error)
             try:
                 rj = dumps(result)
             except (TypeError, ValueError) as e:  # pragma: no cover - handler bug
@@ -175,6 +184,7 @@ class RequestManager:
             else:
                 ctx.emit({"type": "result", "status": status, "result": result})
             self.daemon.bus.publish("requests", {"id": ctx.request_id, "status": status})
+            await request_secrets.forget(ctx)
         except Exception:  # pragma: no cover
             log.exception("finishing request %s", ctx.request_id)
         finally:
@@ -223,7 +233,7 @@ class RequestManager:
             verb = VERBS.get(r["verb"])
             if verb is not None and verb.resumable:
                 log.info("resuming request %s (%s)", r["id"], r["verb"])
-                ctx = RequestContext(
+                ctx = SecretAwareContext(
                     r["id"], r["verb"], r["payload"] or {}, self.daemon,
                     paths.request_log(r["id"]), resumed=True,
                 )
@@ -242,6 +252,7 @@ class RequestManager:
             )
             await anyio.to_thread.run_sync(_append_error, paths.request_log(r["id"]), error)
             log.info("request %s (%s) failed: daemon restarted", r["id"], r["verb"])
+        await request_secrets.sweep(set(self.active))  # files of requests that end here
 
     # -- reads -----------------------------------------------------------------------
     async def resolve(self, prefix: str) -> str:

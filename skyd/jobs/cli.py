@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     la.add_argument("-d", "--detach-run", action="store_true", help="do not follow the logs")
     la.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
     la.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
+    from skyd.cli.secret_flags import add_secret_flags
+
+    add_secret_flags(la)
     la.add_argument("-o", "--output", choices=("table", "json"), default="table")
     la.set_defaults(func=run_launch)
 
@@ -74,8 +77,10 @@ def _envs(items: list[str]) -> dict[str, str]:
 def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
+    from skyd.cli.secret_flags import collect_secrets
+
     payload: dict[str, Any] = {
-        "env": _envs(args.env), "name": args.name, "job_recovery": args.job_recovery,
+        "env": _envs(args.env), "secrets": collect_secrets(args), "name": args.name, "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
     }  # fmt: skip
     first = args.entrypoint[0]

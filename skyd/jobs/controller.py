@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from skyd.errors import ResourcesUnavailableError
+from skyd.jobs import job_secrets
 from skyd.jobs import status as st
 from skyd.jobs import strategies as strat
 from skyd.jobs.logfile import CONTROLLER_LOG
@@ -142,6 +143,7 @@ class JobController:
             elif row is not None and row["status"] in st.TERMINAL and row["cluster"]:
                 await self._teardown(row["cluster"])
                 await self._clear_cluster()
+            await job_secrets.forget_if_terminal(self.db, self.job_id)
         finally:
             self.m._forget(self.job_id, self)
             self.done.set()

@@ -90,9 +90,13 @@ class JobsManager:
         job_recovery: str | None = None,
         priority: int = 0,
         retry_until_up: bool = False,
+        secrets_ref: str | None = None,
     ) -> int:
-        """Create the job row (PENDING/WAITING) and spawn its controller."""
+        """Create the job row (PENDING/WAITING) and spawn its controller. ``secrets_ref``
+        names the job's secrets file (skyd.jobs.job_secrets)."""
         dag_name, dag = build_dag(docs, envs=envs, override=job_recovery)
+        if secrets_ref:
+            dag["secrets_ref"] = secrets_ref
         strategy = dag_strategy(dag)
         get_strategy(strategy)  # unknown names fail here, before a row exists
         for t in dag["tasks"]:

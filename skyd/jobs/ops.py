@@ -60,6 +60,7 @@ class TaskSpec:
     region_pinned: bool = False  # the user fixed the region (or zone) in the task
     zone_pinned: bool = False
     pin: Block | None = None  # set by a recovery strategy: stay inside this location
+    secrets_ref: str | None = None  # the job's secrets file (skyd.jobs.job_secrets)
 
 
 @dataclass(frozen=True, slots=True)

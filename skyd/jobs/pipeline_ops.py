@@ -79,9 +79,10 @@ class PipelineClusterOps:
     async def launch(
         self, task: TaskSpec, cluster_name: str, *, blocked: Sequence[Block], log: LogFn
     ) -> LaunchResult:
+        from skyd.jobs.job_secrets import with_secrets
         from skyd.pipeline.launch import _job_spec, _provision
 
-        t = _task_of(task)
+        t = await with_secrets(_task_of(task), task)
         ctx = _Ctx(self.store, log, f"job{task.job_id}-{task.task_index}-{task.attempt}")
         async with cluster_lock(cluster_name):
             row, handle = await self._handle(cluster_name)

@@ -75,6 +75,9 @@ async def _startup(daemon: Daemon) -> None:
 
         ops = PipelineClusterOps(daemon.store)
     db = await JobsDB.open(paths.db_path())  # own connection; WAL + busy_timeout
+    from skyd.jobs import job_secrets
+
+    await job_secrets.sweep(db)  # files of jobs that ended (or were never created)
     await resume_all(db, ops, daemon.spawn, _config())
 
 
@@ -102,30 +105,46 @@ def _manager() -> JobsManager:
 
 async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Submit a managed job (a multi-document YAML is a pipeline)."""
+    from skyd.jobs import job_secrets
+
     m = _manager()
-    docs = await anyio.to_thread.run_sync(_load_docs, payload)
-    job_id = await m.submit(
-        docs,
-        name=payload.get("name"),
-        envs=None,  # already substituted by the loader
-        job_recovery=payload.get("job_recovery"),
-        priority=int(payload.get("priority") or 0),
-        retry_until_up=bool(payload.get("retry_until_up")),
-    )
+    docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
+    ref = await job_secrets.save(per_task)  # 0600 file before the row; the dag names it
+    try:
+        job_id = await m.submit(
+            docs,
+            name=payload.get("name"),
+            envs=None,  # already substituted by the loader
+            job_recovery=payload.get("job_recovery"),
+            priority=int(payload.get("priority") or 0),
+            retry_until_up=bool(payload.get("retry_until_up")),
+            secrets_ref=ref,
+        )
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await job_secrets.drop(ref)
+        raise
     ctx.log(f"Managed job {job_id} submitted")
     return {"job_id": job_id}
 
 
-def _load_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """Validate through skyd.models (same code as `skyd validate`) and store the normalized
-    task dicts; a bare command becomes {run: command}."""
+def _load_docs(payload: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Validate through skyd.models (same code as `skyd validate`): the normalized task
+    dicts to store (secret values redacted) and, per task, the secret values; a bare
+    command becomes {run: command}."""
     from skyd.pipeline.taskload import load_dag_from_payload
 
     dag = load_dag_from_payload(payload)
-    docs: list[dict[str, Any]] = [t.to_normalized(redact_secrets=False) for t in dag.tasks]
+    if getattr(dag, "is_job_group", False):
+        raise InvalidSpecError(
+            "this YAML is a job group (execution: parallel): its tasks must run at once, "
+            "which managed jobs do not do yet", field="execution",
+            hint="use execution: serial (or drop the header) to run the tasks one after another")
+    docs: list[dict[str, Any]] = [t.to_normalized() for t in dag.tasks]
+    per_task = [{k: v for k, v in t.secrets.items() if v is not None} for t in dag.tasks]
     if len(docs) > 1 and getattr(dag, "name", None):
         docs = [{"name": dag.name}, *docs]
-    return docs
+    return docs, per_task
 
 
 async def jobs_cancel(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:

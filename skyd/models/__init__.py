@@ -10,6 +10,7 @@ from skyd.models.accelerators import (
     accelerator_info,
     canonical_accelerator,
     expand_accelerators,
+    get_accelerator_info,
     normalize_device_name,
     parse_accelerator_spec,
 )
@@ -39,7 +40,7 @@ __all__ = [
     "DEFAULT_DISK_SIZE_GB", "Dag", "FileMount", "JobRecovery", "KNOWN_CLOUDS", "REDACTED",
     "ReadinessProbe", "ReplicaPolicy", "Resources", "ServiceSpec", "Task", "WorkdirGit",
     "accelerator_info", "canonical_accelerator", "expand_accelerators", "expand_resources",
-    "format_infra", "load_dag", "load_task", "normalize_device_name", "parse_accelerator_spec",
+    "format_infra", "get_accelerator_info", "load_dag", "load_task", "normalize_device_name", "parse_accelerator_spec",
     "parse_env_file", "parse_infra", "register_task_validator", "registered_task_validators",
     "task_from_config",
 ]

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from pydantic_core import PydanticCustomError
 
-from skyd.errors import InvalidSpecError
+from skyd.errors import InvalidSpecError, InvalidSpecErrors
 
 Path = tuple[str | int, ...]
 LineMap = Mapping[Path, int]
@@ -94,6 +94,64 @@ def convert_validation_error(
         hint = hint or "see the SkyPilot task YAML reference for this field's form"
     return InvalidSpecError(msg, field=fmt_path(path) or None, hint=hint,
                             line=line_for(path, lines))
+
+
+def _anchor(loc: tuple[Any, ...]) -> Path:
+    """The field an error is about: its location up to the first union-branch tag."""
+    out: list[str | int] = []
+    for p in loc:
+        if isinstance(p, str) and (_TYPE_TAG.search(p) or p.startswith("function-")):
+            break
+        out.append(p)
+    return tuple(out)
+
+
+def convert_validation_errors(
+    exc: ValidationError, prefix: Path = (), lines: LineMap | None = None
+) -> list[InvalidSpecError]:
+    """Every pydantic error -> InvalidSpecErrors: one per field (the best message of the
+    union branches pydantic tried for that field)."""
+    groups: dict[Path, list[Any]] = {}
+    for e in exc.errors(include_url=False):
+        groups.setdefault(_anchor(tuple(e.get("loc", ()))), []).append(e)
+    out: list[InvalidSpecError] = []
+    for errs in groups.values():
+        errs.sort(key=lambda e: 0 if e.get("type") == "skyd" else 1)
+        out.append(_one_error(errs[0], prefix, lines))
+    return out
+
+
+def _one_error(e: Mapping[str, Any], prefix: Path, lines: LineMap | None) -> InvalidSpecError:
+    ctx = e.get("ctx") or {}
+    path = prefix + _clean_loc(tuple(e.get("loc", ()))) + tuple(ctx.get("sub") or ())
+    msg = str(ctx.get("msg") or e.get("msg", "invalid value"))
+    hint = ctx.get("hint")
+    if e.get("type") != "skyd":
+        msg = _friendly(e)
+        hint = hint or "see the SkyPilot task YAML reference for this field's form"
+    return InvalidSpecError(msg, field=fmt_path(path) or None, hint=hint,
+                            line=line_for(path, lines))
+
+
+def flatten(err: InvalidSpecError) -> list[InvalidSpecError]:
+    """The single errors inside ``err`` (itself when it is one)."""
+    return list(err.errors) if isinstance(err, InvalidSpecErrors) else [err]
+
+
+def combine(errors: list[InvalidSpecError], source: str | None = None) -> InvalidSpecError:
+    """One error for a list of them: duplicates dropped, in file order (by line)."""
+    seen: set[tuple[str | None, str, int | None]] = set()
+    uniq: list[InvalidSpecError] = []
+    for e in errors:
+        for one in flatten(e):
+            key = (one.field, one.message, one.line)
+            if key not in seen:
+                seen.add(key)
+                uniq.append(one)
+    uniq.sort(key=lambda e: (e.line is None, e.line or 0))
+    if len(uniq) == 1:
+        return uniq[0]
+    return InvalidSpecErrors(uniq, source)
 
 
 def _friendly(e: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from skyd.errors import InvalidSpecError
 
-Vendor = Literal["nvidia", "amd", "google", "intel"]
+Vendor = Literal["nvidia", "amd", "google", "intel", "aws", "xilinx"]
 GPU_VENDORS: tuple[str, ...] = ("nvidia", "amd")
 ACCEL_FIELD = "resources.accelerators"
 
@@ -55,19 +55,39 @@ _ENTRIES: tuple[AcceleratorInfo, ...] = (
     _nv("RTXA6000", 48), _nv("RTXA5000", 24), _nv("RTXA4500", 20), _nv("RTXA4000", 16),
     _nv("A6000", 48), _nv("A5000", 24), _nv("A4000", 16), _nv("RTX6000-Ada", 48),
     _nv("RTX4000-Ada", 20), _nv("RTX6000", 24), _nv("RTXPRO6000", 96),
-    _nv("M4000", 8), _nv("P4000", 8),
+    _nv("M4000", 8), _nv("P4000", 8), _nv("K520", 4), _nv("A2", 16), _nv("A16", 16),
+    _nv("A800", 80), _nv("H800", 80), _nv("H20", 96), _nv("L20", 48), _nv("L2", 24),
+    _nv("B300", 288), _nv("GB300", 288), _nv("RTX2000-Ada", 16), _nv("RTX5000-Ada", 32),
+    _nv("RTX4500-Ada", 24), _nv("RTXA2000", 6), _nv("RTX8000", 48), _nv("RTX5000", 16),
+    _nv("RTX4000", 8), _nv("RTX3070", 8), _nv("RTX3080Ti", 12), _nv("RTX3090Ti", 24),
+    _nv("RTX4070", 12), _nv("RTX4070Ti", 12), _nv("RTX4080Super", 16), _nv("RTX2080Ti", 11),
+    _nv("RTX2080", 8), _nv("RTX2070", 8), _nv("TitanRTX", 24), _nv("TitanV", 12),
+    _nv("GTX1080Ti", 11), _nv("GTX1080", 8), _nv("GTX1070", 8), _nv("P5000", 16),
+    _nv("P6000", 24), _nv("GV100", 32),
     # The AWS catalog lists an accelerator literally named "NVIDIA".
     _nv("NVIDIA", None),
     # AMD Instinct (MI325X: 256 GB per Vultr docs / DO slug; gpuhunt says 288)
     _amd("MI355X", 288), _amd("MI350X", 288), _amd("MI325X", 256), _amd("MI308X", 192),
-    _amd("MI300X", 192), _amd("MI300A", 128), _amd("MI250X", 128), _amd("MI250", 128),
+    _amd("MI300X", 192), _amd("MI300A", 128),
+    # "MI300" is its own name (it may be an MI300X or an MI300A): memory unknown.
+    _amd("MI300", None), _amd("MI250X", 128), _amd("MI250", 128),
     _amd("MI210", 64), _amd("MI100", 32), _amd("Radeon MI25", 16),
-    _amd("Radeon Pro V520", 8),
+    _amd("Radeon Pro V520", 8), _amd("Radeon Pro V710", 28), _amd("RX7900XTX", 24),
     # Google TPU (memory per chip)
     _tpu("tpu-v2", 8), _tpu("tpu-v3", 16), _tpu("tpu-v4", 32), _tpu("tpu-v5litepod", 16),
     _tpu("tpu-v5p", 95), _tpu("tpu-v6e", 32),
-    # Intel
+    # Intel Gaudi (HPU)
     AcceleratorInfo("Gaudi HL-205", "intel", 32, "other"),
+    AcceleratorInfo("Gaudi", "intel", 32, "other"),
+    AcceleratorInfo("Gaudi2", "intel", 96, "other"),
+    AcceleratorInfo("Gaudi3", "intel", 128, "other"),
+    # AWS Neuron (memory per device)
+    AcceleratorInfo("Inferentia", "aws", 8, "other"),
+    AcceleratorInfo("Inferentia2", "aws", 32, "other"),
+    AcceleratorInfo("Trainium", "aws", 32, "other"),
+    AcceleratorInfo("Trainium2", "aws", 96, "other"),
+    # FPGA (AWS F1)
+    AcceleratorInfo("Virtex UltraScale (VU9P)", "xilinx", 64, "other"),
 )
 
 ACCELERATOR_REGISTRY: dict[str, AcceleratorInfo] = {e.name: e for e in _ENTRIES}
@@ -80,14 +100,19 @@ _ALIASES: dict[str, str] = {
     "H100-80GB": "H100",
     "H200-141GB": "H200",
     "V100-16GB": "V100",
-    "MI300": "MI300X",
     "MI300X-192GB": "MI300X",
     "MI355X-288GB": "MI355X",
     "RTX6000ADA": "RTX6000-Ada",
     "RTX4000ADA": "RTX4000-Ada",
     "MI25": "Radeon MI25",
     "V520": "Radeon Pro V520",
-    "GAUDI": "Gaudi HL-205",
+    "HL-205": "Gaudi HL-205",
+    "GAUDI1": "Gaudi",
+    "INF1": "Inferentia",
+    "INF2": "Inferentia2",
+    "TRN1": "Trainium",
+    "TRN2": "Trainium2",
+    "VU9P": "Virtex UltraScale (VU9P)",
 }
 
 
@@ -99,9 +124,30 @@ _LOOKUP: dict[str, str] = {_key(n): n for n in ACCELERATOR_REGISTRY}
 _LOOKUP.update({_key(a): c for a, c in _ALIASES.items()})
 
 
+# TPU names: a generation (``tpu-v5p``) or a slice of one (``tpu-v2-8``, ``tpu-v5litepod-16``,
+# ``tpu-v6e-8``). SkyPilot lower-cases every ``tpu-`` name; so does skyd.
+_TPU_RE = re.compile(r"^tpu-(v\d+[a-z]*)(?:-(\d+))?$")
+
+
 def lookup_accelerator(name: str) -> str | None:
     """Canonical name for ``name`` (case-insensitive), or None when unknown."""
-    return _LOOKUP.get(_key(name))
+    s = name.strip()
+    if s.lower().startswith("tpu-"):
+        return s.lower() if _TPU_RE.match(s.lower()) else None
+    return _LOOKUP.get(_key(s))
+
+
+def get_accelerator_info(name: str) -> AcceleratorInfo | None:
+    """Registry entry for a canonical name; TPU slices (``tpu-v2-8``) are made on demand."""
+    info = ACCELERATOR_REGISTRY.get(name)
+    if info is not None:
+        return info
+    m = _TPU_RE.match(name)
+    if m is None or name != name.lower():
+        return None
+    gen = ACCELERATOR_REGISTRY.get(f"tpu-{m.group(1)}")
+    # A slice is one accelerator made of several chips: no per-device memory.
+    return _tpu(name, gen.memory_gib if gen is not None and m.group(2) is None else None)
 
 
 def suggest_accelerators(name: str, n: int = 3) -> list[str]:
@@ -125,6 +171,11 @@ def canonical_accelerator(name: str, *, field: str = ACCEL_FIELD) -> str:
     if found is not None:
         return found
     sugg = suggest_accelerators(name.strip())
+    if name.strip().lower().startswith("tpu-"):
+        raise InvalidSpecError(
+            f"unknown TPU {name.strip()!r}", field=field,
+            hint="TPU names are tpu-<generation>[-<cores>], e.g. 'tpu-v5p:8', 'tpu-v2-8', "
+                 "'tpu-v5litepod-16' or 'tpu-v6e-8'")
     hint = (
         f"did you mean {', '.join(repr(s) for s in sugg)}?"
         if sugg
@@ -135,7 +186,9 @@ def canonical_accelerator(name: str, *, field: str = ACCEL_FIELD) -> str:
 
 def accelerator_info(name: str) -> AcceleratorInfo:
     """Registry entry for ``name`` (any accepted spelling)."""
-    return ACCELERATOR_REGISTRY[canonical_accelerator(name)]
+    info = get_accelerator_info(canonical_accelerator(name))
+    assert info is not None
+    return info
 
 
 # ---------------------------------------------------------------------------- specs
@@ -211,7 +264,8 @@ def _expand_string(spec: str, field: str) -> list[tuple[str, Count]]:
         if mem is not None:
             raise InvalidSpecError(f"malformed accelerator spec {spec!r}", field=field,
                                    hint="give either a name or a memory size, not both")
-        info = ACCELERATOR_REGISTRY[name]
+        info = get_accelerator_info(name)
+        assert info is not None
         if vendor is not None and info.vendor != vendor:
             raise InvalidSpecError(
                 f"{name} is a {info.vendor} accelerator, not {vendor}", field=field
@@ -281,9 +335,14 @@ def expand_accelerators(
             raise InvalidSpecError("empty accelerator list", field=field)
         opts = []
         for i, item in enumerate(value):
+            if isinstance(item, dict) and item:
+                # `- T4: 1` items (a list of one-entry mappings; a null count is 1)
+                opts.extend(expand_accelerators(item, field=f"{field}[{i}]")[0])
+                continue
             if not isinstance(item, str):
                 raise InvalidSpecError(
-                    f"list items must be strings like 'A100:8', got {item!r}",
+                    f"list items must be strings like 'A100:8' or mappings like "
+                    f"{{A100: 8}}, got {item!r}",
                     field=f"{field}[{i}]",
                 )
             opts.extend(_expand_string(item, f"{field}[{i}]"))

@@ -2,7 +2,9 @@
 
 Unlike SkyPilot (which leaves unknown variables in silently and mangles ``${VAR:-x}``), an
 unset variable without a default is an error naming the variable and where it appears.
-Defaults may themselves contain substitutions (``${A:-${B:-x}}``).
+Defaults may themselves contain substitutions (``${A:-${B:-x}}``). The ``lenient`` mode
+(used for ``resources``) substitutes only variables that have a value and keeps any other
+``$`` text as written, as SkyPilot does there.
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ def _matching_brace(s: str, start: int) -> int:
     return -1
 
 
-def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = frozenset()
-               ) -> str:
+def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = frozenset(),
+               lenient: bool = False) -> str:
     """Expand one string. ``keep``: names whose value is not known yet (left as written).
 
     Raises ``_Unset`` for a variable with no value and no default; ValueError on bad syntax.
+    ``lenient``: substitute only variables that have a value (and ``${VAR:-default}``);
+    any other ``$`` text stays as written (SkyPilot keeps ``VM.Standard.E4.Flex$_2_16``).
     """
     out: list[str] = []
     i = 0
@@ -67,15 +71,22 @@ def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = 
         if nxt == "{":
             end = _matching_brace(s, i + 1)
             if end < 0:
+                if lenient:
+                    out.append(s[i:])
+                    break
                 raise ValueError(f"unclosed '${{' in {s!r}")
             inner = s[i + 2:end]
             m = _NAME.match(inner)
             if not m:
+                if lenient:
+                    out.append(s[i:end + 1])
+                    i = end + 1
+                    continue
                 raise ValueError(f"bad variable reference '${{{inner}}}' in {s!r}")
             name, rest = m.group(0), inner[m.end():]
             val = env.get(name)
             if rest == "":
-                if name in keep:
+                if name in keep or (lenient and val is None):
                     out.append(s[i:end + 1])
                 elif val is None:
                     raise _Unset(name)
@@ -87,9 +98,11 @@ def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = 
                 if name in keep and val is None:
                     out.append(s[i:end + 1])
                 elif use_default:
-                    out.append(substitute(default, env, keep=keep))
+                    out.append(substitute(default, env, keep=keep, lenient=lenient))
                 else:
                     out.append(val or "")
+            elif lenient:
+                out.append(s[i:end + 1])
             else:
                 raise ValueError(
                     f"unsupported substitution '${{{inner}}}' in {s!r} "
@@ -102,7 +115,7 @@ def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = 
             i += 1
             continue
         name = m.group(0)
-        if name in keep:
+        if name in keep or (lenient and env.get(name) is None):
             out.append(s[i:m.end()])
         elif env.get(name) is None:
             raise _Unset(name)
@@ -114,11 +127,25 @@ def substitute(s: str, env: Mapping[str, str | None], *, keep: frozenset[str] = 
 
 def substitute_tree(value: Any, env: Mapping[str, str | None], path: Path, *,
                     keys: bool = False, keep: frozenset[str] = frozenset(),
-                    lines: LineMap | None = None) -> Any:
-    """Substitute every string leaf (and mapping keys when ``keys``) under ``value``."""
+                    lines: LineMap | None = None, lenient: bool = False,
+                    errors: list[InvalidSpecError] | None = None) -> Any:
+    """Substitute every string leaf (and mapping keys when ``keys``) under ``value``.
+
+    ``errors`` given: a bad string is recorded there (and kept as written) instead of
+    raising, so every one is reported.
+    """
     def one(s: str, p: Path) -> str:
         try:
-            return substitute(s, env, keep=keep)
+            return _one(s, p)
+        except InvalidSpecError as e:
+            if errors is None:
+                raise
+            errors.append(e)
+            return s
+
+    def _one(s: str, p: Path) -> str:
+        try:
+            return substitute(s, env, keep=keep, lenient=lenient)
         except _Unset as u:
             raise InvalidSpecError(
                 f"variable ${u.name} is not set (in {s!r})",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -15,8 +17,10 @@ from skyd.errors import InvalidSpecError
 from skyd.models._errors import (
     LineMap,
     Path,
-    convert_validation_error,
+    combine,
+    convert_validation_errors,
     custom_to_spec,
+    flatten,
     fmt_path,
     line_for,
     suggest,
@@ -24,6 +28,7 @@ from skyd.models._errors import (
 from skyd.models.dag import Dag
 from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
+from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
 from skyd.models.task import Task, _str_scalars
 
@@ -113,7 +118,7 @@ def _resolve_paths(d: dict[str, Any], base_dir: FsPath) -> None:
                 src = resolve_local(src, base_dir)
             elif isinstance(src, dict) and "kind" not in src:
                 s = src.get("source")
-                if isinstance(s, str):
+                if isinstance(s, str) and s.strip():
                     src = {**src, "source": resolve_local(s, base_dir)}
                 elif isinstance(s, list):
                     src = {**src, "source": [resolve_local(x, base_dir) if isinstance(x, str)
@@ -137,7 +142,8 @@ def task_from_config(
                                  allow_missing_env, lines)
     except InvalidSpecError as e:
         if prefix:
-            e.field = fmt_path(prefix) + (f".{e.field}" if e.field else "")
+            for one in flatten(e):
+                one.field = fmt_path(prefix) + (f".{one.field}" if one.field else "")
         raise
 
 
@@ -153,35 +159,32 @@ def _task_from_config(
     if not isinstance(config, dict):
         raise err_at((), f"a task must be a mapping of fields, got {type(config).__name__}",
                      "see the SkyPilot task YAML reference")
+    # Every mistake is collected (and the bad part left out), then reported together.
+    errors: list[InvalidSpecError] = []
     for k in config:
         if k not in TASK_KEYS:
             s = suggest(str(k), TASK_KEYS)
-            raise err_at((str(k),), f"unknown field '{k}'",
-                         f"did you mean '{s}'?" if s else f"valid fields: {', '.join(TASK_KEYS)}")
-    d = dict(config)
+            errors.append(err_at(
+                (str(k),), f"unknown field '{k}'",
+                f"did you mean '{s}'?" if s else f"valid fields: {', '.join(TASK_KEYS)}"))
+    d = {k: v for k, v in config.items() if k in TASK_KEYS}
     base_dir = base_dir or FsPath(os.getcwd())
     try:
-        try:
-            envs = _apply_overrides(
-                _str_scalars(_raw_scalars(d.get("envs"), "envs", lines), "envs", True),
-                env_overrides)
-        except PydanticCustomError as e:
-            raise custom_to_spec(e, ("envs",), lines) from None
+        envs = _apply_overrides(
+            _scalars_each(_raw_scalars(d.get("envs"), "envs", lines), "envs", lines, errors),
+            env_overrides)
         raw_secrets = d.get("secrets")
         secrets_dict = (_raw_scalars(raw_secrets, "secrets", lines)
                         if not isinstance(raw_secrets, list) else {})
-        try:
-            secrets = _apply_overrides(_str_scalars(secrets_dict, "secrets", True),
-                                       secret_overrides)
-        except PydanticCustomError as e:
-            raise custom_to_spec(e, ("secrets",), lines) from None
+        secrets = _apply_overrides(_scalars_each(secrets_dict, "secrets", lines, errors),
+                                   secret_overrides)
         missing = [k for k, v in {**envs, **secrets}.items() if v is None]
-        if missing and not allow_missing_env:
-            k = missing[0]
+        for k in missing if not allow_missing_env else ():
             kind = "secrets" if k in secrets and secrets[k] is None else "envs"
             flag = "--secret" if kind == "secrets" else "--env"
-            raise err_at((kind, k), f"{k} is required (declared null) but no value was given",
-                         f"pass {flag} {k}=... (or put it in an env file and use {flag}-file)")
+            errors.append(err_at(
+                (kind, k), f"{k} is required (declared null) but no value was given",
+                f"pass {flag} {k}=... (or put it in an env file and use {flag}-file)"))
         d["envs"] = envs
         if not isinstance(raw_secrets, list):
             d["secrets"] = secrets
@@ -192,18 +195,48 @@ def _task_from_config(
         keep = frozenset(missing)
         for f in SUBST_FIELDS:
             if d.get(f) is not None:
+                # In resources only defined variables are substituted: SkyPilot keeps other
+                # `$` text (an OCI shape like VM.Standard.E4.Flex$_2_16) as written.
                 d[f] = substitute_tree(d[f], env_map, (f,), keys=(f == "file_mounts"),
-                                       keep=keep, lines=lines)
+                                       keep=keep, lines=lines, lenient=(f == "resources"),
+                                       errors=errors)
         _resolve_paths(d, base_dir)
         if "resources" in d and d["resources"] is not None:
-            cands, ordered = expand_resources(d["resources"], path=("resources",), lines=lines)
-            d["resources"] = cands
-            d["resources_ordered"] = ordered
-        return Task.model_validate(d)
+            try:
+                cands, ordered = expand_resources(d["resources"], path=("resources",),
+                                                  lines=lines)
+                d["resources"] = cands
+                d["resources_ordered"] = ordered
+            except InvalidSpecError as e:
+                errors.append(e)
+                d.pop("resources")
+        task = Task.model_validate(d)
     except ValidationError as e:
-        raise convert_validation_error(e, (), lines) from None
+        errors.extend(convert_validation_errors(e, (), lines))
     except PydanticCustomError as e:
-        raise custom_to_spec(e, (), lines) from None
+        errors.append(custom_to_spec(e, (), lines))
+    if errors:
+        raise combine(errors)
+    return task
+
+
+def _scalars_each(v: Any, what: str, lines: LineMap | None,
+                  errors: list[InvalidSpecError]) -> dict[str, str | None]:
+    """envs/secrets -> strings, one entry at a time: each bad entry is an error of its own
+    (recorded in ``errors``) and is left out."""
+    if not isinstance(v, dict):
+        try:
+            return _str_scalars(v, what, True)
+        except PydanticCustomError as e:
+            errors.append(custom_to_spec(e, (what,), lines))
+            return {}
+    out: dict[str, str | None] = {}
+    for k, val in v.items():
+        try:
+            out.update(_str_scalars({k: val}, what, True))
+        except PydanticCustomError as e:
+            errors.append(custom_to_spec(e, (what,), lines))
+    return out
 
 
 def _read(source: str | os.PathLike[str], text: str | None) -> tuple[str, str, FsPath]:
@@ -223,7 +256,7 @@ def load_dag(
     source: str | os.PathLike[str], *, text: str | None = None,
     env_overrides: Mapping[str, str] | None = None,
     secret_overrides: Mapping[str, str] | None = None, base_dir: FsPath | None = None,
-    allow_missing_env: bool = False,
+    allow_missing_env: bool = False, task_secrets: Sequence[Mapping[str, str]] = (),
 ) -> Dag:
     """Load a task YAML (one document = one task; several ``---`` documents = a chain).
 
@@ -232,29 +265,186 @@ def load_dag(
     resolve against the YAML's directory. ``env_overrides``/``secret_overrides`` are
     ``--env``/``--secret`` (they win over the YAML). ``allow_missing_env``: envs declared
     ``null`` may stay unset (``Task.required_envs()`` lists them) -- for ``validate``.
+    ``task_secrets``: per task, the secret values ``split_yaml_secrets`` took out of the
+    text (``secret_overrides`` win over them).
     """
     body, display, default_dir = _read(source, text)
     base = FsPath(base_dir) if base_dir is not None else default_dir
     docs = [(d, lm) for d, lm in _parse_yaml(body, display) if d is not None]
     if not docs:
         raise InvalidSpecError(f"{display} has no task in it", hint="add at least run: ...")
-    name: str | None = None
-    if len(docs) > 1 and isinstance(docs[0][0], dict) and set(docs[0][0]) == {"name"}:
-        name = docs[0][0]["name"]
-        if name is not None and not isinstance(name, str):
-            raise InvalidSpecError("the DAG name must be a string", field="name",
-                                   line=line_for(("name",), docs[0][1]))
-        docs = docs[1:]
+    errors: list[InvalidSpecError] = []
+    header: dict[str, Any] = {}
+    header_lines: LineMap | None = None
+    if _is_header(docs[0][0], len(docs)):
+        header_lines = docs[0][1]
+        header = _parse_header(docs[0][0], header_lines, errors)
+        docs = docs[1:] or [({"name": header.get("name")}, header_lines)]
+    group = header.get("execution") == "parallel"
     multi = len(docs) > 1
-    tasks = [
-        task_from_config(d, env_overrides=env_overrides, secret_overrides=secret_overrides,
-                         base_dir=base, allow_missing_env=allow_missing_env, lines=lm,
-                         prefix=("tasks", i) if multi else ())
-        for i, (d, lm) in enumerate(docs)
-    ]
-    if len(tasks) == 1:
-        return Dag(tasks, [], name)
-    return Dag.chain(tasks, name)
+    tasks: list[Task] = []
+    for i, (d, lm) in enumerate(docs):
+        prefix: Path = ("tasks", i) if multi else ()
+        try:
+            task = task_from_config(
+                d, env_overrides=env_overrides,
+                secret_overrides=_task_secret_overrides(task_secrets, i, secret_overrides),
+                base_dir=base, allow_missing_env=allow_missing_env, lines=lm, prefix=prefix)
+        except InvalidSpecError as e:
+            errors.append(e)
+            continue
+        if group:
+            _check_group_task(task, i, [t.name for t in tasks], prefix, lm, errors)
+        tasks.append(task)
+    if not errors:
+        _check_references(header, tasks, header_lines, errors)
+    if errors:
+        raise combine(errors, display)
+    edges = ([] if group or len(tasks) == 1
+             else [(i, i + 1) for i in range(len(tasks) - 1)])
+    return Dag(tasks, edges, header.get("name"), execution=header.get("execution"),
+               primary_tasks=header.get("primary_tasks"),
+               termination_delay=header.get("termination_delay"),
+               inter_connection=header.get("inter_connection"))
+
+
+# The first document that is not a task (SkyPilot's dag_utils): a pipeline header (only
+# `name:`, or `name:` + `execution: serial`) or a job group header (`execution: parallel`
+# in the first of several documents, with its options).
+GROUP_KEYS: tuple[str, ...] = ("name", "execution", "primary_tasks", "termination_delay",
+                               "inter_connection")
+EXECUTIONS: tuple[str, ...] = ("serial", "parallel")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _is_header(doc: Any, n_docs: int) -> bool:
+    return isinstance(doc, dict) and is_header_keys(set(doc), n_docs)
+
+
+def is_header_keys(keys: set[Any], n_docs: int) -> bool:
+    """Whether a first document with these keys is a pipeline/job-group header."""
+    return keys in ({"name"}, {"name", "execution"}) or (n_docs > 1 and "execution" in keys)
+
+
+def _parse_header(doc: dict[str, Any], lines: LineMap, errors: list[InvalidSpecError]
+                  ) -> dict[str, Any]:
+    """The header document -> {name, execution, primary_tasks, termination_delay, ...}."""
+    def err(p: Path, msg: str, hint: str | None = None) -> None:
+        errors.append(InvalidSpecError(msg, field=fmt_path(p), hint=hint,
+                                       line=line_for(p, lines)))
+
+    out: dict[str, Any] = {}
+    ex = doc.get("execution")
+    if ex is not None:
+        if not isinstance(ex, str) or ex.strip().lower() not in EXECUTIONS:
+            err(("execution",), f"bad execution {ex!r}",
+                "serial (a pipeline: one task after another) or parallel (a job group: "
+                "all tasks at once)")
+        else:
+            out["execution"] = ex.strip().lower()
+    group = out.get("execution") == "parallel"
+    name = doc.get("name")
+    if name is not None and not isinstance(name, str | int | float):
+        err(("name",), "the DAG name must be a string")
+    elif name is not None:
+        out["name"] = str(name)
+    if group and not (out.get("name") and _SAFE_NAME.match(out["name"])):
+        err(("name",), "a job group needs a name of letters, digits, '-' and '_'"
+            if name is not None else "a job group header needs a name",
+            "e.g. name: my-job-group")
+    for k in doc:
+        if k in GROUP_KEYS:
+            if not group and k not in ("name", "execution"):
+                err((str(k),), f"{k} applies to a job group only",
+                    "add execution: parallel to the header, or drop the field")
+            continue
+        s = suggest(str(k), GROUP_KEYS)
+        if group:  # SkyPilot ignores them, with a warning
+            warnings.warn(f"unknown field '{k}' in the job group header is ignored"
+                          + (f" (did you mean '{s}'?)" if s else ""), stacklevel=3)
+        else:
+            err((str(k),), f"unknown field '{k}' in the header document",
+                (f"did you mean '{s}'? " if s else "")
+                + f"a header holds only {', '.join(GROUP_KEYS)}; task fields go in the "
+                "task documents after it")
+    if not group:
+        return out
+    pt = doc.get("primary_tasks")
+    if pt is not None:
+        if isinstance(pt, str):
+            pt = [pt]
+        if not isinstance(pt, list) or not all(isinstance(x, str) and x for x in pt):
+            err(("primary_tasks",), "primary_tasks must be a list of task names",
+                "e.g. primary_tasks: [trainer]")
+        elif pt:  # an empty list means every task is primary (as not giving it)
+            out["primary_tasks"] = list(pt)
+    td = doc.get("termination_delay")
+    if td is not None:
+        try:
+            if isinstance(td, dict):
+                out["termination_delay"] = {
+                    str(k): _delay(v, ("termination_delay", str(k)), lines)
+                    for k, v in td.items()}
+            else:
+                out["termination_delay"] = _delay(td, ("termination_delay",), lines)
+        except InvalidSpecError as e:
+            errors.append(e)
+    ic = doc.get("inter_connection")
+    if ic is not None:
+        if not isinstance(ic, bool):
+            err(("inter_connection",), f"inter_connection must be true or false, got {ic!r}")
+        else:
+            out["inter_connection"] = ic
+    return out
+
+
+def _check_group_task(task: Task, i: int, seen: list[str | None], prefix: Path,
+                      lines: LineMap | None, errors: list[InvalidSpecError]) -> None:
+    """A job group's task needs a unique, filesystem-safe name (as in SkyPilot)."""
+    where = fmt_path(prefix + ("name",))
+    if task.name is None:
+        errors.append(InvalidSpecError(
+            f"task {i + 1} of the job group has no name", field=where,
+            line=line_for((), lines), hint="give every task of a job group a name: ..."))
+    elif not _SAFE_NAME.match(task.name):
+        errors.append(InvalidSpecError(
+            f"bad task name {task.name!r} in a job group", field=where,
+            line=line_for(("name",), lines), hint="use letters, digits, '-' and '_'"))
+    elif task.name in seen:
+        errors.append(InvalidSpecError(
+            f"two tasks of the job group are named {task.name!r}", field=where,
+            line=line_for(("name",), lines), hint="task names in a job group are unique"))
+
+
+def _delay(v: Any, p: Path, lines: LineMap) -> int | float:
+    """A duration: seconds, or '30s' / '5m' / '1h'."""
+    try:
+        return parse_duration(v, default_unit="s", what="termination_delay")
+    except PydanticCustomError as e:
+        raise custom_to_spec(e, p, lines) from None
+
+
+def _check_references(header: dict[str, Any], tasks: list[Task], lines: LineMap | None,
+                      errors: list[InvalidSpecError]) -> None:
+    """primary_tasks and termination_delay keys must name tasks of the group."""
+    names = [t.name for t in tasks]
+    for key in ("primary_tasks", "termination_delay"):
+        val = header.get(key)
+        refs = val if key == "primary_tasks" else (
+            [k for k in val if k != "default"] if isinstance(val, dict) else [])
+        for ref in refs or []:
+            if ref not in names:
+                known = ", ".join(n for n in names if n) or "(no task has a name)"
+                errors.append(InvalidSpecError(
+                    f"{key} names {ref!r}, which is not a task of this group", field=key,
+                    line=line_for((key,), lines), hint=f"task names: {known}"))
+
+
+def _task_secret_overrides(task_secrets: Sequence[Mapping[str, str]], i: int,
+                           over: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    if i >= len(task_secrets):
+        return over
+    return {**task_secrets[i], **(over or {})}
 
 
 def load_task(source: str | os.PathLike[str], **kw: Any) -> Task:

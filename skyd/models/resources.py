@@ -20,6 +20,8 @@ MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
 DISK_TIERS = ("low", "medium", "high", "ultra", "best")
 NETWORK_TIERS = ("standard", "best")
 WAIT_FOR = ("jobs_and_ssh", "jobs", "none")
+# SkyPilot's RESOURCE_CONFIG_ALIASES: alias -> the field it stands for.
+RESOURCE_ALIASES: dict[str, str] = {"gpus": "accelerators"}
 # Left out of the normalized form when unset (the rest is always present).
 _OPTIONAL_KEYS = ("accelerator_args", "priority_class", "max_hourly_cost", "local_disk",
                   "volumes", "internal")
@@ -142,6 +144,10 @@ class Autostop(SpecModel):
         fail("autostop must be true/false, minutes, a duration like '5h', or a mapping")
 
 
+def _as_docker(image: str) -> str:
+    return image if image.startswith("docker:") else f"docker:{image}"
+
+
 class Resources(SpecModel):
     """One launch candidate. Immutable; ``copy(**overrides)`` re-validates.
 
@@ -190,6 +196,14 @@ class Resources(SpecModel):
                 return {}
             fail(f"resources must be a mapping, got {type(data).__name__}")
         d = dict(data)
+        for alias, field in RESOURCE_ALIASES.items():
+            if alias in d:
+                if d.get(field) is not None and d[alias] is not None:
+                    fail(f"'{alias}' and '{field}' are the same field; give one",
+                         f"drop '{alias}:' (it is an alias of '{field}:')", sub=(alias,))
+                val = d.pop(alias)
+                if d.get(field) is None:
+                    d[field] = val
         internal = {k: d.pop(k) for k in list(d) if k.startswith("_") and k != "_what"}
         if internal:
             d["internal"] = {**(d.get("internal") or {}), **internal}
@@ -210,6 +224,15 @@ class Resources(SpecModel):
                          f"drop the legacy '{key}:' key or make it match infra", sub=(key,))
                 if val is not None:
                     d[key] = val
+        img = d.get("image_id")
+        if d.get("cloud") == "kubernetes" and img is not None:
+            # On Kubernetes every image is a container image (SkyPilot adds 'docker:').
+            if isinstance(img, str):
+                d["image_id"] = _as_docker(img)
+            elif isinstance(img, dict):
+                # (the `docker` key names a container image already)
+                d["image_id"] = {k: _as_docker(v) if isinstance(v, str) and k != "docker"
+                                 else v for k, v in img.items()}
         return d
 
     @field_validator("cpus", mode="before")
@@ -343,7 +366,11 @@ class Resources(SpecModel):
 
     @property
     def docker_image(self) -> str | None:
-        """``docker:<img>`` image_id -> ``<img>``; None for VM images."""
+        """``docker:<img>`` image_id (or its ``docker:`` key) -> ``<img>``; None for VM
+        images."""
+        if isinstance(self.image_id, dict) and isinstance(self.image_id.get("docker"), str):
+            img = self.image_id["docker"].strip()
+            return img[len("docker:"):] if img.startswith("docker:") else img
         vals = [self.image_id] if isinstance(self.image_id, str) else list(
             (self.image_id or {}).values())
         imgs = {v[len("docker:"):] for v in vals if v.startswith("docker:")}

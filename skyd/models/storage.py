@@ -64,7 +64,7 @@ class FileMount(SpecModel):
         d["kind"] = "storage"
         if internal:
             d["internal"] = internal
-        if d.get("name") is None and d.get("source") is None:
+        if not d.get("name") and not d.get("source"):
             fail("a storage mapping needs a name or a source",
                  "e.g. {name: my-bucket, source: ./data, mode: COPY}")
         src = d.get("source")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from skyd.models.accelerators import ACCELERATOR_REGISTRY
+from skyd.models.accelerators import get_accelerator_info
 from skyd.models.task import Task, register_task_validator
 
 NVIDIA_TOOLING = re.compile(r"(?<![\w-])(nvidia-smi|CUDA_VISIBLE_DEVICES|nvcc)(?![\w-])")
@@ -19,7 +19,10 @@ def _vendors(task: Task) -> set[str] | None:
         acc = r.accelerator
         if acc is None:
             return None
-        out.add(ACCELERATOR_REGISTRY[acc[0]].vendor)
+        info = get_accelerator_info(acc[0])
+        if info is None:
+            return None
+        out.add(info.vendor)
     return out
 
 

@@ -78,7 +78,10 @@ class Agent:
                 "lower the demand or use a bigger node"
                 % (spec["cpus"], spec["gpus"], self.capacity.cpus, len(self.capacity.gpu_indices))
             )
-        job_id = self.queue.add(spec, self.cluster)
+        spec = dict(spec)
+        secrets = spec.pop("secrets", None) or {}  # to a 0600 file by the job, not jobs.db
+        job_id = self.queue.add(spec, self.cluster,
+                                before_commit=lambda jid: self.ex.save_secrets(jid, secrets))
         self.touch()
         self.wake.set()
         return job_id
@@ -105,6 +108,7 @@ class Agent:
             self.drivers.pop(job["job_id"], None)
             if not t.cancelled() and t.exception() is not None:
                 self._driver_crashed(job["job_id"], t.exception())
+            self._drop_secrets_if_done(job["job_id"])
             self.touch()
             self.wake.set()
 
@@ -115,8 +119,16 @@ class Agent:
         if job and job["status"] not in jq.TERMINAL:
             self.queue.set_status(job_id, jq.FAILED_DRIVER, reason=f"driver error: {exc!r}")
 
+    def _drop_secrets_if_done(self, job_id: int) -> None:
+        current = self.queue.get(job_id)
+        if current is None or current["status"] in jq.TERMINAL:
+            self.ex.drop_secrets(job_id)
+
     def recover(self) -> None:
         """After a restart: resume drivers of admitted jobs (adopting live processes)."""
+        for p in (self.home / "jobs").glob("*/secrets.json"):
+            if p.parent.name.isdigit():  # the agent died before deleting a finished job's
+                self._drop_secrets_if_done(int(p.parent.name))
         for job in self.queue.with_status(jq.ACTIVE):
             self._spawn_driver(job)
         for job in self.queue.with_status([jq.INIT]):
@@ -147,6 +159,7 @@ class Agent:
         current = self.queue.get(job_id)
         if current and current["status"] not in jq.TERMINAL:
             self.queue.set_status(job_id, jq.CANCELLED, reason="cancelled")
+        self.ex.drop_secrets(job_id)
 
     # ---- worker side of gang scheduling ----------------------------------------------
     def start_rank(self, job_id: int, rank: int, phase: str, spec: dict[str, Any]) -> None:

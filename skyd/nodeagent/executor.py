@@ -112,6 +112,8 @@ def job_env(spec: dict[str, Any], job_id: int, rank: int, phase: str, gpu_slots:
             env["CUDA_VISIBLE_DEVICES"] = visible
     for k, v in (spec.get("envs") or {}).items():
         env[str(k)] = "" if v is None else str(v)
+    for k, v in (spec.get("secrets") or {}).items():
+        env[str(k)] = "" if v is None else str(v)
     return env
 
 
@@ -128,6 +130,39 @@ class Executor:
 
     def log_path(self, job_id: int, rank: int) -> Path:
         return self.job_dir(job_id) / ("rank-%d.log" % rank)
+
+    # ---- secrets: DIR/jobs/<id>/secrets.json (0600) while the job is not terminal ------
+    def secrets_path(self, job_id: int) -> Path:
+        return self.job_dir(job_id) / "secrets.json"
+
+    def save_secrets(self, job_id: int, values: dict[str, str]) -> None:
+        """Write the job's secret values (0600, atomically); nothing when there are none."""
+        path = self.secrets_path(job_id)
+        if not values:
+            self.drop_secrets(job_id)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(".secrets.json.%d.tmp" % os.getpid())
+        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(values, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(str(tmp), str(path))
+
+    def load_secrets(self, job_id: int) -> dict[str, str]:
+        try:
+            with open(str(self.secrets_path(job_id))) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def drop_secrets(self, job_id: int) -> None:
+        try:
+            os.unlink(str(self.secrets_path(job_id)))
+        except OSError:
+            pass
 
     def _exit_path(self, job_id: int, rank: int, phase: str) -> Path:
         return self.job_dir(job_id) / ("rank-%d.%s.exit" % (rank, phase))

@@ -68,7 +68,7 @@ class RemoteRank:
 
 
 def make_ranks(ex: Executor, job: dict[str, Any], token: str) -> list[Any]:
-    spec = job["spec"]
+    spec = dict(job["spec"], secrets=ex.load_secrets(job["job_id"]))  # in memory only
     ranks: list[Any] = [LocalRank(ex, job["job_id"], spec, job["gpu_slots"])]
     for node in sorted(spec["nodes"], key=lambda n: n["rank"]):
         if node["rank"] > 0:

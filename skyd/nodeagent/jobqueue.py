@@ -83,11 +83,24 @@ class JobQueue:
         self.db.close()
 
     # ---- jobs -------------------------------------------------------------------------
-    def add(self, spec: dict[str, Any], cluster: str = "") -> int:
+    def add(self, spec: dict[str, Any], cluster: str = "",
+            before_commit: Any = None) -> int:  # fmt: skip
         """Insert a PENDING job; ids start at 1 and are never reused. An empty task_id
-        becomes SkyPilot's form sky-<timestamp>_<cluster>_<job id>."""
-        nodes = max(1, int(spec.get("num_nodes") or 1))
+        becomes SkyPilot's form sky-<timestamp>_<cluster>_<job id>. ``before_commit(job_id)``
+        runs inside the transaction (an exception rolls the insert back)."""
         self.db.execute("BEGIN IMMEDIATE")
+        try:
+            job_id = self._insert(spec, cluster)
+            if before_commit is not None:
+                before_commit(job_id)
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        return job_id
+
+    def _insert(self, spec: dict[str, Any], cluster: str) -> int:
+        nodes = max(1, int(spec.get("num_nodes") or 1))
         cur = self.db.execute(
             "INSERT INTO jobs (name, spec, status, username, submitted_at, num_nodes, cpus, gpus,"
             " task_id) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -103,7 +116,6 @@ class JobQueue:
                                                              job_id))  # fmt: skip
             self.db.execute("UPDATE jobs SET spec=?, task_id=? WHERE job_id=?",
                             (json.dumps(spec), spec["task_id"], job_id))  # fmt: skip
-        self.db.execute("COMMIT")
         return job_id
 
     def get(self, job_id: int) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from typing import Any, Dict, Union
 from ..proto import skyd_agent as pb
 
 SPEC_FIELDS = ("name", "setup", "run", "envs", "workdir", "num_nodes", "cpus", "gpus", "nodes",
-               "task_id", "username", "cluster_info")  # fmt: skip
+               "task_id", "username", "cluster_info", "secrets")  # fmt: skip
 
 
 @dataclass
@@ -35,6 +35,7 @@ class JobSpec:
     task_id: str = ""
     username: str = ""
     cluster_info: str = ""
+    secrets: dict[str, str] = field(default_factory=dict)  # env vars kept out of jobs.db
 
 
 SpecLike = Union[JobSpec, Dict[str, Any], "pb.JobSpec"]
@@ -45,6 +46,7 @@ def spec_to_dict(spec: SpecLike) -> dict[str, Any]:
     if isinstance(spec, pb.JobSpec):
         d: dict[str, Any] = {k: getattr(spec, k) for k in SPEC_FIELDS}
         d["envs"] = dict(spec.envs)
+        d["secrets"] = dict(spec.secrets)
         d["nodes"] = [
             {"rank": n.rank, "address": n.address, "internal_ip": n.internal_ip} for n in spec.nodes
         ]
@@ -59,6 +61,8 @@ def spec_to_dict(spec: SpecLike) -> dict[str, Any]:
         raise TypeError("job spec must be a JobSpec, a dict or a wire JobSpec")
     d.setdefault("run", "")
     d["envs"] = {str(k): "" if v is None else str(v) for k, v in (d.get("envs") or {}).items()}
+    d["secrets"] = {str(k): "" if v is None else str(v)
+                    for k, v in (d.get("secrets") or {}).items()}  # fmt: skip
     d["nodes"] = [
         {"rank": int(n["rank"]), "address": str(n.get("address", "")),
          "internal_ip": str(n.get("internal_ip", ""))}
@@ -94,6 +98,7 @@ def spec_to_proto(spec: SpecLike) -> pb.JobSpec:
         nodes=[pb.NodeRef(rank=n["rank"], address=n["address"], internal_ip=n["internal_ip"])
                for n in d["nodes"]],
         task_id=d["task_id"], username=d["username"], cluster_info=d["cluster_info"],
+        secrets=d["secrets"],
     )  # fmt: skip
 
 

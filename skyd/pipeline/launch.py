@@ -120,10 +120,10 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
 
 
 def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
-    envs = {k: v for k, v in (task.envs or {}).items() if v is not None}
-    for k, v in (getattr(task, "secrets", None) or {}).items():
-        if v is not None:
-            envs[k] = str(v)
+    # Secrets travel apart from envs: the agent keeps them in a 0600 file, not in jobs.db.
+    secret_values = {k: str(v) for k, v in (getattr(task, "secrets", None) or {}).items()
+                     if v is not None}
+    envs = {k: v for k, v in (task.envs or {}).items() if v is not None and k not in secret_values}
     res = task.resources[0] if task.resources else None
     gpus = 0
     if res is not None and res.accelerators:
@@ -133,6 +133,7 @@ def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
         "setup": (task.setup or "") if with_setup else "",
         "run": task.run or "",
         "envs": envs,
+        "secrets": secret_values,
         "workdir": WORKDIR,
         "gpus": gpus,
         "cpus": planner.cpu_demand(res),

@@ -45,7 +45,11 @@ def load_dag_from_payload(payload: dict[str, Any]) -> Any:
 
         text = yaml.safe_dump({"run": command})
     source = payload.get("yaml_path") or "<inline>"
-    return load_dag(source, text=text, env_overrides=env, base_dir=base_dir)
+    # Secret values: the daemon hands the handler the request's secrets file (--secret
+    # values and those taken out of the YAML text); the stored payload has none.
+    return load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
+                    secret_overrides=dict(payload.get("secrets") or {}),
+                    task_secrets=list(payload.get("_task_secrets") or ()))
 
 
 def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:

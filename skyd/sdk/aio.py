@@ -186,8 +186,13 @@ class AsyncClient:
         return list((await self.get(f"/v1/clusters/{cluster_name}/queue"))["jobs"])
 
     async def jobs_launch(self, task: str | os.PathLike[str] | None = None, *,
-                          command: str | None = None, name: str | None = None) -> str:
-        body = {**payloads.task_source(task, command=command), "name": name}
+                          command: str | None = None, yaml_text: str | None = None,
+                          name: str | None = None, env: dict[str, str] | None = None,
+                          secrets: dict[str, str | None] | None = None,
+                          job_recovery: str | None = None) -> str:
+        body = payloads.jobs_launch_payload(
+            payloads.task_source(task, command=command, yaml_text=yaml_text), name=name,
+            env=env, secrets=secrets, job_recovery=job_recovery)
         return await self.submit("jobs.launch", body)
 
 
@@ -231,6 +236,10 @@ async def launch(task: str | os.PathLike[str] | None = None, **kw: Any) -> str:
 async def exec(cluster_name: str, task: str | os.PathLike[str] | None = None,  # noqa: A001
                **kw: Any) -> str:
     return str(await _one("exec", cluster_name, task, **kw))
+
+
+async def jobs_launch(task: str | os.PathLike[str] | None = None, **kw: Any) -> str:
+    return str(await _one("jobs_launch", task, **kw))
 
 
 async def down(clusters: list[str] | str | None = None, **kw: Any) -> str:

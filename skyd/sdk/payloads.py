@@ -8,6 +8,8 @@ uses.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +49,73 @@ def overrides(**kw: Any) -> dict[str, Any]:
     return out
 
 
+_SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def resolve_secrets(secrets: Mapping[str, str | None] | None = None,
+                    secret_files: Iterable[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """``--secret-file`` files (dotenv), then ``--secret KEY[=VAL]`` values on top. A None
+    value (``--secret KEY``) is taken from the caller's environment, as SkyPilot does."""
+    out: dict[str, str] = {}
+    for f in secret_files:
+        out.update(read_secret_file(f))
+    for k, v in (secrets or {}).items():
+        if not isinstance(k, str) or not _SECRET_NAME.match(k):
+            raise InvalidSpecError(f"--secret {str(k)[:64]!r}: not a valid variable name",
+                                   field="--secret", hint="names match [A-Za-z_][A-Za-z0-9_]*")
+        if v is None:
+            if k not in os.environ:
+                raise InvalidSpecError(f"--secret {k}: {k} is not set in your environment",
+                                       field="--secret",
+                                       hint=f"export {k} first, or pass --secret {k}=VALUE")
+            v = os.environ[k]
+        out[k] = str(v)
+    return out
+
+
+def read_secret_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A dotenv file of secrets; errors name the line, never its text."""
+    from skyd.models.envsubst import parse_env_file
+
+    try:
+        return parse_env_file(path)
+    except InvalidSpecError as e:
+        msg = (f"bad line in secret file {str(path)!r}" if e.line
+               else f"cannot read secret file {str(path)!r}")
+        raise InvalidSpecError(msg, field="--secret-file", line=e.line,
+                               hint="each line is KEY=VALUE" if e.line else "check the path"
+                               ) from None
+
+
 def launch_payload(source: dict[str, Any], *, cluster_name: str | None = None,
-                   env: dict[str, str] | None = None, dryrun: bool = False,
+                   env: dict[str, str] | None = None,
+                   secrets: Mapping[str, str | None] | None = None, dryrun: bool = False,
                    detach_run: bool = False, idle_minutes: float | None = None,
                    down: bool = False, no_setup: bool = False, retry_until_up: bool = False,
                    minimize: str = "cost", **resource_overrides: Any) -> dict[str, Any]:
-    return {**source, "cluster_name": cluster_name, "env": env or {}, "dryrun": dryrun,
-            "detach_run": detach_run, "idle_minutes": idle_minutes, "down": down,
-            "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
+    return {**source, "cluster_name": cluster_name, "env": env or {},
+            "secrets": resolve_secrets(secrets), "dryrun": dryrun, "detach_run": detach_run,
+            "idle_minutes": idle_minutes, "down": down, "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
             "overrides": overrides(**resource_overrides)}  # fmt: skip
 
 
 def exec_payload(source: dict[str, Any], *, cluster_name: str,
-                 env: dict[str, str] | None = None, detach_run: bool = False,
+                 env: dict[str, str] | None = None,
+                 secrets: Mapping[str, str | None] | None = None, detach_run: bool = False,
                  **resource_overrides: Any) -> dict[str, Any]:
     return {**source, "cluster_name": cluster_name, "env": env or {},
+            "secrets": resolve_secrets(secrets),
             "detach_run": detach_run, "overrides": overrides(**resource_overrides)}  # fmt: skip
+
+
+def jobs_launch_payload(source: dict[str, Any], *, name: str | None = None,
+                        env: dict[str, str] | None = None,
+                        secrets: Mapping[str, str | None] | None = None,
+                        job_recovery: str | None = None, retry_until_up: bool = False,
+                        priority: int = 0) -> dict[str, Any]:
+    return {**source, "name": name, "env": env or {}, "secrets": resolve_secrets(secrets),
+            "job_recovery": job_recovery, "retry_until_up": retry_until_up,
+            "priority": priority}  # fmt: skip
 
 
 def clusters_payload(clusters: list[str] | str | None, all_clusters: bool = False) -> dict[str, Any]:

@@ -26,8 +26,10 @@ def _c() -> Any:
 def launch(task: str | os.PathLike[str] | None = None, *, command: str | None = None,
            yaml_text: str | None = None, cluster_name: str | None = None,
            **kw: Any) -> str:
-    """`skyd launch`: kw takes env, dryrun, detach_run, idle_minutes, down, no_setup,
-    retry_until_up, minimize and the resource overrides (gpus, cpus, infra, ...)."""
+    """`skyd launch`: kw takes env, secrets, dryrun, detach_run, idle_minutes, down,
+    no_setup, retry_until_up, minimize and the resource overrides (gpus, cpus, infra, ...).
+    ``secrets={"HF_TOKEN": None}`` takes the value from this process's environment (as
+    ``--secret HF_TOKEN``); values never land in the daemon's database or logs."""
     src = payloads.task_source(task, command=command, yaml_text=yaml_text)
     return str(_c().submit("launch", payloads.launch_payload(src, cluster_name=cluster_name, **kw)))
 
@@ -91,10 +93,13 @@ def check() -> list[dict[str, Any]]:
 
 def jobs_launch(task: str | os.PathLike[str] | None = None, *, command: str | None = None,
                 yaml_text: str | None = None, name: str | None = None,
-                env: dict[str, str] | None = None, job_recovery: str | None = None) -> str:
+                env: dict[str, str] | None = None,
+                secrets: dict[str, str | None] | None = None,
+                job_recovery: str | None = None) -> str:
     """`skyd jobs launch` (a multi-document YAML is a pipeline)."""
-    body = {**payloads.task_source(task, command=command, yaml_text=yaml_text),
-            "name": name, "env": env or {}, "job_recovery": job_recovery}
+    body = payloads.jobs_launch_payload(
+        payloads.task_source(task, command=command, yaml_text=yaml_text), name=name, env=env,
+        secrets=secrets, job_recovery=job_recovery)
     return str(_c().submit("jobs.launch", body))
 
 

@@ -48,6 +48,9 @@ class JobSpec(betterproto.Message):
     task_id: str = betterproto.string_field(10)
     username: str = betterproto.string_field(11)
     cluster_info: str = betterproto.string_field(12)
+    secrets: Dict[str, str] = betterproto.map_field(
+        13, betterproto.TYPE_STRING, betterproto.TYPE_STRING
+    )
 
 
 @dataclass(eq=False, repr=False)
