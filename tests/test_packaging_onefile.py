@@ -122,6 +122,20 @@ def test_incomplete_cache_is_unpacked_again(tmp_path: Path) -> None:
     assert entries(cache) == [".lock", digest]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a folder to another uid")
+def test_someone_elses_cache_is_never_run(tmp_path: Path) -> None:
+    exe, digest = pack(tmp_path, "v1")
+    cache = tmp_path / "cache"
+    assert run(exe, cache=cache).returncode == 0
+    (cache / digest / "skyd" / "_internal" / "version").write_text("planted\n")
+    os.chown(cache / digest / "skyd" / "skyd", 65534, 65534)  # now nobody's
+    r = run(exe, cache=cache)
+    assert r.returncode == 0 and r.stdout.startswith("version v1\n")  # unpacked again
+    os.chown(cache, 65534, 65534)  # whoever owns the cache can swap what is in it
+    r = run(exe, cache=cache)
+    assert r.returncode == 1 and "belongs to another user" in r.stderr and r.stdout == ""
+
+
 def test_concurrent_first_runs_share_one_unpack(tmp_path: Path) -> None:
     exe, digest = pack(tmp_path, "v1")
     cache = tmp_path / "cache"
