@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# Build the frozen skyd: dist/onefile/skyd (one file) and dist/onedir/skyd/skyd (one folder).
+# Build the frozen skyd: dist/onedir/skyd/skyd (one folder) and dist/onefile/skyd (one file).
 #   packaging/build.sh [onefile|onedir|both]      (default: both)
+# The one-file build is the one-folder build as a payload behind a small shell launcher
+# (packaging/onefile.py): it unpacks once per version into ~/.cache/skyd/onefile/<sha256>/
+# and then starts as fast as the one-folder build. Both modes build the one-folder first.
 # Needs the `package` extra: .venv/bin/pip install -e '.[package]'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 MODES=${1:-both}
-[ "$MODES" = both ] && MODES="onefile onedir"
+case "$MODES" in onefile|onedir|both) ;; *) echo "usage: $0 [onefile|onedir|both]" >&2; exit 2 ;; esac
 if ! "$PY" -c "import PyInstaller" 2>/dev/null; then
   "$PY" -m pip install -q "pyinstaller>=6.5,<7"
 fi
-for mode in $MODES; do
+start=$(date +%s)
+SKYD_BUILD_DIR=build "$PY" -m PyInstaller --noconfirm --log-level WARN \
+  --distpath dist/onedir --workpath build/pyinstaller-onedir packaging/pyinstaller.spec
+echo "built dist/onedir/skyd/skyd in $(( $(date +%s) - start ))s: $(dist/onedir/skyd/skyd --version)"
+du -sh dist/onedir | sed 's/^/size: /'
+if [ "$MODES" != onedir ]; then
   start=$(date +%s)
-  SKYD_BUILD_MODE=$mode SKYD_BUILD_DIR=build "$PY" -m PyInstaller --noconfirm --log-level WARN \
-    --distpath "dist/$mode" --workpath "build/pyinstaller-$mode" packaging/pyinstaller.spec
-  bin=dist/$mode/skyd; [ "$mode" = onedir ] && bin=dist/$mode/skyd/skyd
-  echo "built $bin in $(( $(date +%s) - start ))s: $("$bin" --version)"
-  du -sh "dist/$mode" | sed 's/^/size: /'
-done
+  "$PY" packaging/onefile.py dist/onedir/skyd dist/onefile/skyd
+  echo "built dist/onefile/skyd in $(( $(date +%s) - start ))s"
+  du -sh dist/onefile/skyd | sed 's/^/size: /'
+fi

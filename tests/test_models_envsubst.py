@@ -16,7 +16,7 @@ def mounts(text: str, **kw: object) -> dict[str, object]:
 
 
 def test_skypilot_mangling_case_is_correct_here() -> None:
-    # SkyPilot turns this into '/m/13:-7}b'; the brief's expected value is '/m/13b'.
+    # SkyPilot turns this into '/m/13:-7}b'; skyd keeps the default's meaning: '/m/13b'.
     text = "envs: {SIZE: 13}\nfile_mounts:\n  /m/${SIZE:-7}b: s3://b/x\n"
     assert mounts(text) == {"/m/13b": "s3://b/x"}
 

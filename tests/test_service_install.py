@@ -102,6 +102,26 @@ def test_quoting_survives_odd_paths() -> None:
     assert 'Environment="SKYD_HOME=/tmp/a b/$$x%%y"\n' in text
 
 
+def test_frozen_unit_names_the_one_file_not_its_cache(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-file build runs from ~/.cache/skyd/onefile/<hash>/ (cleaned by a newer version):
+    the unit starts the one file its launcher names in SKYD_ONEFILE."""
+    cached = tmp_path / "cache" / "abc" / "skyd" / "skyd"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("")
+    one = tmp_path / "bin" / "skyd"
+    one.parent.mkdir()
+    one.write_text("")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(cached))
+    monkeypatch.delenv("SKYD_ONEFILE", raising=False)
+    assert si.exec_start_argv() == [str(cached), "daemon", "run"]  # the one-folder build
+    monkeypatch.setenv("SKYD_ONEFILE", str(one))
+    assert si.exec_start_argv() == [str(one), "daemon", "run"]
+    monkeypatch.setenv("SKYD_ONEFILE", str(tmp_path / "gone"))  # moved away since: not used
+    assert si.exec_start_argv() == [str(cached), "daemon", "run"]
+
+
 def _verify(unit: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("systemd-analyze")
     if exe is None:

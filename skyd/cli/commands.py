@@ -10,7 +10,7 @@ stdlib and skyd.cli.* helpers; import heavy things inside the handler):
         p.set_defaults(func=run)           # run(args) -> int | None (exit code)
 
 Handlers raise SkydError for user mistakes; main() prints ``error:``/``hint:`` and exits
-with its exit_code. The lead appends "skyd.cli.cmd_launch", ... here.
+with its exit_code. Every command module of the CLI is listed here.
 """
 
 from __future__ import annotations

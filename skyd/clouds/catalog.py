@@ -46,7 +46,7 @@ IMPLEMENTED: dict[str, bool] = {
     "oci": False,
 }
 
-# When the bundled rows were taken (catalog-facts README; providers research notes).
+# When the bundled rows were taken from the providers' public price lists.
 BUNDLED_DATES: dict[str, str] = {
     "aws": "2026-11-30",
     "gcp": "2026-11-30",

@@ -32,12 +32,15 @@ class RequestContext:
     ``resumed`` (True when re-invoked after a daemon restart).
 
     Events go to the request's ndjson log file (the replay source) and wake followers.
+    ``emit`` is synchronous and cheap: it queues the line; a flusher task in the daemon's
+    root task group appends the queued lines in a worker thread (one write per batch) and
+    only then wakes followers, so whatever a follower was shown is already in the file.
     """
 
     __slots__ = (
         "request_id", "verb", "payload", "daemon", "store", "bus", "cancel_scope", "tg",
-        "resumed", "log_path", "_fh", "_seq", "_changed", "_stage_starts", "_stages",
-        "_partial", "finished", "done", "shutdown",
+        "resumed", "log_path", "_pending", "_flushing", "_write_lock", "_seq", "_changed",
+        "_stage_starts", "_stages", "_partial", "finished", "done", "shutdown",
     )
 
     def __init__(
@@ -60,7 +63,9 @@ class RequestContext:
         self.tg: TaskGroup | None = None
         self.resumed = resumed
         self.log_path = log_path
-        self._fh: Any = None
+        self._pending: list[bytes] = []  # serialized events not yet in the log file
+        self._flushing = False
+        self._write_lock = anyio.Lock()
         self._seq = 0
         self._changed: anyio.Event | None = None
         self._stage_starts: dict[str, float] = {}
@@ -76,14 +81,34 @@ class RequestContext:
 
     # -- events ----------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
-        """Append one event (a dict with a ``type``) to the log and wake followers."""
+        """Queue one event (a dict with a ``type``) for the log; followers wake once it is
+        written."""
         self._seq += 1
         ev = {"seq": self._seq, "ts": round(time.time(), 3), **event}
-        line = (dumps_finite(ev) + "\n").encode()
-        if self._fh is None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in close_log
-        self._fh.write(line)
+        self._pending.append((dumps_finite(ev) + "\n").encode())
+        if not self._flushing:
+            self._flushing = True
+            try:
+                self.daemon.tg.start_soon(self._flush_loop, name=f"request {self.request_id} log")
+            except RuntimeError:  # no root task group (stopping): close_log writes them
+                self._flushing = False
+
+    async def _flush_loop(self) -> None:
+        try:
+            while self._pending:
+                await self.flush()
+        finally:
+            self._flushing = False
+
+    async def flush(self) -> None:
+        """Append every queued event to the log file (in a worker thread), then wake
+        followers. Lines leave the queue only once written: a cancelled flush loses none."""
+        async with self._write_lock:
+            n = len(self._pending)
+            if n == 0:
+                return
+            await anyio.to_thread.run_sync(_append, self.log_path, b"".join(self._pending[:n]))
+            del self._pending[:n]
         self.notify()
 
     def notify(self) -> None:
@@ -138,10 +163,15 @@ class RequestContext:
     def partial_result(self) -> dict[str, Any]:
         return dict(self._partial)
 
-    def close_log(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+    async def close_log(self) -> None:
+        """Write what is still queued (call it shielded: the request is ending)."""
+        await self.flush()
+
+
+def _append(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:
+        fh.write(data)
 
 
 class ReadContext:

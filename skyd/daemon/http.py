@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterable
 from typing import Any
@@ -21,6 +22,7 @@ from skyd.errors import (
 
 JSON_CT = "application/json"
 NDJSON_CT = "application/x-ndjson"
+log = logging.getLogger("skyd.daemon.http")
 
 
 def dumpb(obj: Any) -> bytes:
@@ -130,7 +132,7 @@ async def stream_ndjson(request: web.Request, items: AsyncIterable[Any]) -> web.
         async for item in items:
             data = item if isinstance(item, bytes) else dumpb(item) + b"\n"
             await resp.write(data)
-    except (ConnectionResetError, ConnectionError):
-        return resp
-    await resp.write_eof()
+        await resp.write_eof()
+    except ConnectionError:  # the follower left: normal, not an error
+        log.info("%s %s: the client went away", request.method, request.path)
     return resp

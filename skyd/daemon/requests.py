@@ -217,7 +217,7 @@ class RequestManager:
         except Exception:  # pragma: no cover
             log.exception("finishing request %s", ctx.request_id)
         finally:
-            ctx.close_log()
+            await ctx.close_log()
             self.active.pop(ctx.request_id, None)
             ctx.done.set()
 
@@ -270,7 +270,7 @@ class RequestManager:
                     r["id"], r["verb"], r["payload"] or {}, self.daemon,
                     paths.request_log(r["id"]), resumed=True,
                 )
-                ctx._seq = _count_lines(ctx.log_path)
+                ctx._seq = await anyio.to_thread.run_sync(_count_lines, ctx.log_path)
                 ctx._stages = r["stages"] or []
                 if isinstance(r["result"], dict):
                     ctx._partial = r["result"]
@@ -287,12 +287,7 @@ class RequestManager:
             "UPDATE requests SET status = ?, finished_at = ?, error = ? WHERE id = ?",
             (FAILED, time.time(), dumps(error), rid),
         )
-        p = paths.request_log(rid)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "ab") as fh:
-            ev = {"seq": _count_lines(p) + 1, "ts": round(time.time(), 3), "type": "error",
-                  "status": FAILED, "error": error}
-            fh.write((dumps_finite(ev) + "\n").encode())
+        await anyio.to_thread.run_sync(_append_error, paths.request_log(rid), error)
         log.info("request %s (%s) failed: %s", rid, verb, error.get("message"))
 
     # -- reads -----------------------------------------------------------------------
@@ -353,7 +348,7 @@ class RequestManager:
         while True:
             ctx = self.active.get(rid)
             wake = ctx.changed_event() if ctx is not None else None
-            chunk, offset = _read_lines(path, offset)
+            chunk, offset = await anyio.to_thread.run_sync(_read_lines, path, offset)
             if chunk:
                 seen_terminal = seen_terminal or _has_terminal(chunk)
                 yield chunk
@@ -393,6 +388,15 @@ def _has_terminal(chunk: bytes) -> bool:
         return json.loads(last).get("type") in TERMINAL_EVENTS
     except ValueError:
         return False
+
+
+def _append_error(path: Any, error: dict[str, Any]) -> None:
+    """The terminal event of a request the previous daemon left unfinished."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:
+        ev = {"seq": _count_lines(path) + 1, "ts": round(time.time(), 3), "type": "error",
+              "status": FAILED, "error": error}
+        fh.write((dumps_finite(ev) + "\n").encode())
 
 
 def _count_lines(path: Any) -> int:

@@ -71,8 +71,15 @@ def unit_path() -> Path:
 
 
 def exec_start_argv() -> list[str]:
-    """How systemd starts this very skyd: the frozen binary, or this interpreter."""
+    """How systemd starts this very skyd: the frozen binary, or this interpreter.
+
+    The one-file build runs from its unpack cache; the unit names the one file itself
+    (its launcher sets SKYD_ONEFILE), which outlives that cache folder: a newer version
+    cleans the folders no process runs from."""
     if getattr(sys, "frozen", False):
+        onefile = os.environ.get("SKYD_ONEFILE")
+        if onefile and os.path.isabs(onefile) and os.path.isfile(onefile):
+            return [onefile, "daemon", "run"]
         return [os.path.realpath(sys.executable), "daemon", "run"]
     return [os.path.abspath(sys.executable), "-m", "skyd.daemon"]
 

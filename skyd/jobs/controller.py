@@ -28,6 +28,7 @@ from skyd.errors import ResourcesUnavailableError
 from skyd.jobs import job_secrets
 from skyd.jobs import status as st
 from skyd.jobs import strategies as strat
+from skyd.jobs.logfile import CONTROLLER_LOG
 from skyd.jobs.ops import Block, JobInfo, LaunchResult, PrecheckError
 from skyd.jobs.spec import load_dag, task_spec
 
@@ -83,12 +84,8 @@ class JobController:
     def log(self, text: str) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} job {self.job_id}: {text}"
         logger.debug(line)
-        if self.cfg.log_dir is not None:
-            try:
-                with open(self.cfg.log_dir / f"{self.job_id}.log", "a") as f:
-                    f.write(line + "\n")
-            except OSError:
-                pass
+        if self.cfg.log_dir is not None:  # written by a background thread, not on the loop
+            CONTROLLER_LOG.append(self.cfg.log_dir / f"{self.job_id}.log", line + "\n")
 
     def cancel(self) -> None:
         self.cancel_pending = True

@@ -88,6 +88,9 @@ async def _shutdown(daemon: Daemon) -> None:
     except RuntimeError:
         return
     await m.stop()
+    from skyd.jobs.logfile import CONTROLLER_LOG
+
+    await anyio.to_thread.run_sync(CONTROLLER_LOG.flush)  # the controllers' last lines
 
 
 def _manager() -> JobsManager:
@@ -105,7 +108,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
     from skyd.jobs import job_secrets
 
     m = _manager()
-    docs, per_task = _load_docs(payload)
+    docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
     ref = await job_secrets.save(per_task)  # 0600 file before the row; the dag names it
     try:
         job_id = await m.submit(
@@ -239,7 +242,16 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
         if _flag(request.query.get("controller")):
             log_dir = m.config.log_dir
             p = Path(log_dir) / f"{jid}.log" if log_dir else None
-            yield {"text": p.read_text() if p and p.exists() else ""}
+            any_text = False
+            if p is not None:
+                from skyd.jobs.logfile import CONTROLLER_LOG
+
+                await anyio.to_thread.run_sync(CONTROLLER_LOG.flush)
+                async for text in _read_chunks(p):
+                    any_text = True
+                    yield {"text": text}
+            if not any_text:
+                yield {"text": ""}
             return
         announced = False
         streamed: set[tuple[str, int, int, int]] = set()
@@ -268,8 +280,9 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
                 terminal = True
             if terminal:
                 if not streamed:
-                    for f in _saved_logs(jid):
-                        yield {"text": f.read_text(errors="replace")}
+                    for f in await anyio.to_thread.run_sync(_saved_logs, jid):
+                        async for text in _read_chunks(f):
+                            yield {"text": text}
                 yield {"text": f"managed job {jid} {cur['status']}\n"}
                 return
             if not follow:
@@ -281,6 +294,24 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
             await anyio.sleep(0.5)
 
     return await ctx.stream_ndjson(request, lines())
+
+
+async def _read_chunks(path: Path, size: int = 256 * 1024) -> AsyncIterator[str]:
+    """A saved log, read in a worker thread one chunk at a time (never whole: a job's log
+    may be large), decoded as UTF-8 across chunk boundaries."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        f = await anyio.open_file(path, "rb")
+    except FileNotFoundError:
+        return
+    async with f:
+        while data := await f.read(size):
+            if text := dec.decode(data):
+                yield text
+    if tail := dec.decode(b"", final=True):
+        yield tail
 
 
 def _saved_logs(jid: int) -> list[Path]:

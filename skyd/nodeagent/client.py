@@ -157,7 +157,8 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
         pass
     child_env = dict(os.environ if env is None else env)
     if getattr(sys, "frozen", False):
-        # Agents outlive the daemon: never share its unpacked onefile bundle.
+        # Agents outlive the daemon: never share its PyInstaller runtime (a PyInstaller
+        # one-file build's temp folder goes when its process exits).
         child_env["PYINSTALLER_RESET_ENVIRONMENT"] = "1"
     if not kw.get("zipapp"):
         pp = child_env.get("PYTHONPATH")
@@ -171,7 +172,7 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     while time.monotonic() < deadline:
         info = read_agent_json(home)
         if info and (info.get("pid") == proc.pid or _parent_pid(info.get("pid")) == proc.pid):
-            # (a onefile frozen binary runs the agent in a child of the process we started)
+            # (a PyInstaller one-file binary runs the agent in a child of the process we started)
             # Reap it when it exits (stop/down/autostop), or it lingers as our zombie.
             threading.Thread(target=proc.wait, name=f"reap-agent-{proc.pid}", daemon=True).start()
             return info

@@ -48,12 +48,15 @@ async def tail_file(
         if not follow or is_done():
             return
         await asyncio.sleep(poll)
-    offset = tail_offset(path, tail)
-    with open(str(path), "rb") as f:
+    # File reads go to a worker thread: a big log must not stall the agent's event loop.
+    loop = asyncio.get_running_loop()
+    offset = await loop.run_in_executor(None, tail_offset, path, tail)
+    f = await loop.run_in_executor(None, open, str(path), "rb")
+    with f:
         f.seek(offset)
         while True:
             done = is_done()
-            data = f.read(CHUNK)
+            data = await loop.run_in_executor(None, f.read, CHUNK)
             if data:
                 yield data
                 continue

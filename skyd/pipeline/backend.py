@@ -1,7 +1,7 @@
 """The Backend contract: the stages a task goes through on a cluster, and the one
 implementation over a Provisioner plus node agents.
 
-Stages (DESIGN §1): OPTIMIZE (solver, in planner.py) → PROVISION → SYNC_WORKDIR →
+Stages: OPTIMIZE (solver, in planner.py) → PROVISION → SYNC_WORKDIR →
 SYNC_FILE_MOUNTS → SETUP → EXEC → DOWN. `setup` and `execute` are two phases of one agent
 job (JobStatus SETTING_UP then RUNNING), so a job id is allocated once per `launch`/`exec`,
 as SkyPilot users expect; the executor reports the SETUP stage from the job's status.

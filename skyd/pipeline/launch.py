@@ -22,7 +22,7 @@ from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import jobwatch, planner
 from skyd.pipeline.backend import WORKDIR, AgentBackend
 from skyd.pipeline.locks import cluster_lock
-from skyd.pipeline.taskload import apply_overrides, load_dag_from_payload, load_task_from_payload
+from skyd.pipeline.taskload import aload_dag_from_payload, apply_overrides, load_task_from_payload
 
 RETRY_UNTIL_UP_GAP = 30.0
 
@@ -167,7 +167,7 @@ async def submit_and_follow(
 
 async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("dryrun"):
-        dag = load_dag_from_payload(payload)
+        dag = await aload_dag_from_payload(payload)
         dag.tasks = [apply_overrides(t, payload.get("overrides")) for t in dag.tasks]
         for t in dag.tasks:
             for w in t.validate():

@@ -265,7 +265,7 @@ class SSHTransport:
     async def _connect_once(self) -> tuple[Any, _Client]:
         t = self.target
         strict = os.environ.get("SKYD_SSH_STRICT_HOST_KEYS", "") not in ("", "0")
-        client = _Client(t, _load_known_hosts(), strict)
+        client = _Client(t, await anyio.to_thread.run_sync(_load_known_hosts), strict)
         opts: dict[str, Any] = {
             "known_hosts": client.known,
             "client_factory": lambda: client,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from skyd.errors import InvalidSpecError
 
 OVERRIDE_KEYS = (
@@ -57,8 +59,14 @@ def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:
     return task.with_overrides(**kw) if kw else task
 
 
+async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:
+    """load_dag_from_payload in a worker thread: YAML parsing and validation are CPU work
+    (and may read files next to the YAML), never done on the event loop."""
+    return await anyio.to_thread.run_sync(load_dag_from_payload, payload)
+
+
 async def load_task_from_payload(payload: dict[str, Any]) -> Any:
-    dag = load_dag_from_payload(payload)
+    dag = await aload_dag_from_payload(payload)
     if len(dag.tasks) != 1:
         raise InvalidSpecError(
             f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",

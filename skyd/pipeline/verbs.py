@@ -7,6 +7,7 @@ A background task refreshes cluster state every REFRESH_S (autostop, dead agents
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -21,6 +22,8 @@ from skyd.errors import ClusterStateError, NotFoundError
 from skyd.pipeline import checks, launch, lifecycle
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline.agents import agent
+
+log = logging.getLogger("skyd.pipeline.verbs")
 
 # SKYD_REFRESH_S: tests and benchmarks shorten the refresher period.
 REFRESH_S = float(os.environ.get("SKYD_REFRESH_S") or 10.0)
@@ -83,9 +86,12 @@ async def _logs(ctx: Any, request: Any) -> Any:
         kw: dict[str, Any] = {"follow": follow, "tail": tail}
         if node is not None:
             kw["node"] = node
-        async for chunk in c.tail_logs(job_id, **kw):
-            await resp.write(chunk)
-        await resp.write_eof()
+        try:
+            async for chunk in c.tail_logs(job_id, **kw):
+                await resp.write(chunk)
+            await resp.write_eof()
+        except ConnectionError:  # the follower left (Ctrl-C, closed terminal): normal
+            log.info("logs %s job %d: the client went away", name, job_id)
         return resp
 
 

@@ -1,4 +1,4 @@
-"""Plain inputs of the solver (no pydantic): the lead's adapter builds these from skyd.models."""
+"""Plain inputs of the solver (no pydantic): skyd.pipeline.planner builds these from skyd.models."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ class SSHCloud(Cloud):
         GPUs. ``skyd ssh check`` does the same."""
         from skyd.clouds.ssh.check import check_pool
 
-        for p in self.pools().values():
+        for p in (await anyio.to_thread.run_sync(self.pools)).values():
             if pool is None or p.name == pool:
                 await check_pool(p)
 
@@ -122,8 +122,10 @@ class SSHCloud(Cloud):
         returns how many were probed successfully."""
         from skyd.clouds.ssh.check import check_host
 
-        hosts = self._unprobed(self.pools())
-        owners = allocations_sync()
+        def unprobed() -> tuple[list[PoolHost], dict[str, str]]:  # file reads: off the loop
+            return self._unprobed(self.pools()), allocations_sync()
+
+        hosts, owners = await anyio.to_thread.run_sync(unprobed)
         done = 0
 
         async def one(h: PoolHost) -> None:

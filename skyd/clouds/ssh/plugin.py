@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import anyio
+
 import skyd.clouds.ssh  # noqa: F401 - registers the `ssh` cloud
 from skyd.clouds.base import get_cloud
 from skyd.clouds.ssh.cloud import SSHCloud
@@ -22,7 +24,7 @@ log = logging.getLogger("skyd.ssh")
 
 async def warm_up(cloud: SSHCloud) -> None:
     """Probe unprobed hosts and prebuild the agent zipapp (both best effort)."""
-    ok, _ = cloud.check()
+    ok, _ = await anyio.to_thread.run_sync(cloud.check)  # reads the pools file
     if not ok:
         return
     try:
