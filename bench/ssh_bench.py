@@ -65,8 +65,8 @@ def make_files(src: Path, n: int, size: int) -> None:
 
 
 async def bench_sync(tmp: Path, n: int, size: int, use_sshd: bool) -> None:
-    from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport
-    from skyd.pipeline.sync import sync_to_remote
+    from skyd.transports.ssh import SSHTarget, SSHTransport
+    from skyd.transports.sync import sync_to_remote
     from tests.fakes.sshhost import FakeSSHHost, make_keypair
 
     src = tmp / "src"

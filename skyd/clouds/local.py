@@ -312,7 +312,7 @@ class LocalProvisioner(Provisioner):
                 return source.stat().st_size
 
             return 1, await anyio.to_thread.run_sync(copy_file)
-        from skyd.pipeline.sync import sync_local_dir
+        from skyd.transports.sync import sync_local_dir
 
         stats = await sync_local_dir(source, target, excludes)
         return stats.files, stats.bytes

@@ -42,7 +42,7 @@ from skyd.clouds.ssh.check import probe_host, python_ok
 from skyd.clouds.ssh.pools import Pool, PoolHost, get_pool, load_pools
 from skyd.clouds.ssh.state import allocate, allocations, load_host_facts, release, save_host_facts
 from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
-from skyd.pipeline.ssh_transport import SSHConnectError, SSHTarget, SSHTransport
+from skyd.transports.ssh import SSHConnectError, SSHTarget, SSHTransport
 
 _ZIPAPP_CACHE: dict[str, tuple[Path, str]] = {}
 
@@ -408,7 +408,7 @@ class SSHProvisioner(Provisioner):
     async def sync_dir(
         self, handle: ClusterHandle, rank: int, src: str, dst: str, excludes: list[str]
     ) -> tuple[int, int]:
-        from skyd.pipeline.sync import sync_to_remote
+        from skyd.transports.sync import sync_to_remote
 
         t = self._node_transport(handle.nodes[rank])
         stats = await sync_to_remote(t, Path(src), self.remote_path(handle, rank, dst), excludes)
