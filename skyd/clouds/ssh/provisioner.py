@@ -37,11 +37,11 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.offering import Offering
-from skyd.clouds.ssh import remote
 from skyd.clouds.ssh.check import probe_host, python_ok
 from skyd.clouds.ssh.pools import Pool, PoolHost, get_pool, load_pools
 from skyd.clouds.ssh.state import allocate, allocations, load_host_facts, release, save_host_facts
 from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
+from skyd.transports import agent_scripts as remote
 from skyd.transports.ssh import SSHConnectError, SSHTarget, SSHTransport
 
 _ZIPAPP_CACHE: dict[str, tuple[Path, str]] = {}
