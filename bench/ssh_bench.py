@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 async def bench_deploy(tmp: Path, n: int) -> None:
     from skyd.clouds.base import ProvisionRequest
     from skyd.clouds.offering import Offering
-    from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_zipapp
+    from skyd.clouds.ssh.provisioner import SSHProvisioner
     from skyd.nodeagent.client import AgentClient
+    from skyd.transports.agent_deploy import agent_zipapp
     from tests.fakes.sshhost import FakeSSHHost, make_keypair, write_pools
 
     t0 = time.perf_counter()
