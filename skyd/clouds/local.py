@@ -3,7 +3,8 @@
 A cluster of N nodes is N sandboxes on this machine, one directory each under
 ``$SKYD_HOME/local/<cluster>/node-<rank>``, each with a real node agent started detached
 (its own process session) so it outlives a daemon restart; the daemon finds it again
-through ``agent.json`` in the sandbox. Cost is 0. This machine's real GPUs (if any) are
+through ``agent.json`` in the sandbox, and reaches and stops it through
+skyd.transports (``LocalTransport`` + ``agent_deploy``). Cost is 0. This machine's real GPUs (if any) are
 offered as the node's accelerators.
 
 Layout of a sandbox (``node_dir``):
