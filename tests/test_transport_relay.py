@@ -55,11 +55,18 @@ async def test_no_forwarding_host_runs_jobs_and_logs_through_the_relay(
                 assert [j["status"] for j in await c.job_queue()] == ["SUCCEEDED"]
             assert h.forwards_refused == 1 and h.forwards_opened == 0  # probed once
             assert (await p.agent_endpoint(handle, 0)) == (host, port)  # one relay per agent
+            async with AgentClient(host, port, handle.token) as c:  # a second connection
+                assert await c.health()
+            relay = p._node_transport(node)._relays[info["socket"]]
+            assert relay.connections == 2 and relay.spares_used == 1  # it got the pre-opened pipe
             assert await p.query(handle) == [NODE_RUNNING]
             await p.stop(handle, lambda m: None)
             assert await p.query(handle) == [NODE_STOPPED]
             await p.start(handle, lambda m: None)
+            # the agent was restarted: a spare pipe to the old one is not handed out
             assert await p.query(handle) == [NODE_RUNNING]
+            async with AgentClient(host, port, handle.token) as c:
+                assert await c.health()
             await p.terminate(handle, lambda m: None)
             assert await p.query(handle) == [NODE_TERMINATED]
             assert not (h.home / ".skyd").exists()

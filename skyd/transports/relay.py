@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -75,8 +76,23 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
-OpenPipe = Callable[[], Awaitable[tuple[Reader, Writer, Callable[[], None]]]]
-"""Opens one byte pipe to the agent: (reader, writer, close)."""
+@dataclass
+class Pipe:
+    """One byte pipe to the agent: what it reads and writes, how to close it, and whether it
+    is still usable (a pre-opened spare whose relay exited is not)."""
+
+    reader: Reader
+    writer: Writer
+    close: Callable[[], None]
+    alive: Callable[[], bool] = lambda: True
+
+
+OpenPipe = Callable[[], Awaitable[Pipe]]
+
+# A spare pipe is opened right after one is taken, so the next connection (agent calls come
+# in bursts: health, submit, tail) does not wait for an exec channel and a python3 start. An
+# unused spare is closed after this long.
+SPARE_TTL_S = 20.0
 
 
 async def _pump(src: Reader, dst: Writer, eof: bool) -> None:
@@ -100,13 +116,17 @@ async def _pump(src: Reader, dst: Writer, eof: bool) -> None:
 class RelayListener:
     """A 127.0.0.1 TCP listener whose every connection is relayed through ``open_pipe``."""
 
-    def __init__(self, open_pipe: OpenPipe, name: str = "") -> None:
+    def __init__(self, open_pipe: OpenPipe, name: str = "", *, spare: bool = True) -> None:
         self._open_pipe = open_pipe
         self.name = name
         self._server: asyncio.AbstractServer | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        self._use_spare = spare
+        self._spare: asyncio.Task[Pipe] | None = None
+        self._spare_timer: asyncio.TimerHandle | None = None
         self.port = 0
         self.connections = 0
+        self.spares_used = 0
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -117,18 +137,65 @@ class RelayListener:
     def serving(self) -> bool:
         return self._server is not None and self._server.is_serving()
 
+    # -- spare pipe -----------------------------------------------------------------------
+
+    def _drop_spare(self) -> None:
+        task, self._spare = self._spare, None
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+            self._spare_timer = None
+        if task is None:
+            return
+        if task.done():
+            if not task.cancelled() and task.exception() is None:
+                with contextlib.suppress(Exception):
+                    task.result().close()
+        else:
+            task.cancel()
+
+    def _prefetch(self) -> None:
+        if not self._use_spare or not self.serving or self._spare is not None:
+            return
+        self._spare = asyncio.ensure_future(self._open_pipe())
+        self._spare_timer = asyncio.get_running_loop().call_later(SPARE_TTL_S, self._drop_spare)
+
+    async def _take_pipe(self) -> Pipe:
+        task, self._spare = self._spare, None
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+            self._spare_timer = None
+        pipe: Pipe | None = None
+        if task is not None:
+            try:
+                pipe = await task
+            except Exception:  # noqa: BLE001 - a failed spare: open a fresh pipe
+                pipe = None
+            if pipe is not None and not pipe.alive():
+                with contextlib.suppress(Exception):
+                    pipe.close()
+                pipe = None
+            if pipe is not None:
+                self.spares_used += 1
+        if pipe is None:
+            pipe = await self._open_pipe()
+        self._prefetch()
+        return pipe
+
+    # -- connections ----------------------------------------------------------------------
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
         self.connections += 1
-        close_pipe: Callable[[], None] | None = None
+        pipe: Pipe | None = None
         try:
             try:
-                r2, w2, close_pipe = await self._open_pipe()
+                pipe = await self._take_pipe()
             except Exception as e:  # noqa: BLE001 - the caller sees a dropped connection
                 log.info("relay %s: could not open a pipe to the agent: %s", self.name, e)
                 return
+            r2, w2 = pipe.reader, pipe.writer
             async with anyio.create_task_group() as tg:
 
                 async def down() -> None:
@@ -138,9 +205,9 @@ class RelayListener:
                 tg.start_soon(down)
                 tg.start_soon(_pump, reader, w2, True)
         finally:
-            if close_pipe is not None:
+            if pipe is not None:
                 with contextlib.suppress(Exception):
-                    close_pipe()
+                    pipe.close()
             with contextlib.suppress(Exception):
                 writer.close()
             if task is not None:
@@ -150,6 +217,7 @@ class RelayListener:
         if self._server is not None:
             self._server.close()
             self._server = None
+        self._drop_spare()
         for t in list(self._handlers):
             t.cancel()
         self._handlers.clear()

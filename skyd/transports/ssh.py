@@ -38,7 +38,7 @@ import asyncssh
 from skyd import paths
 from skyd.errors import SkydError
 from skyd.transports.base import AgentAddress, CommandError, RunResult, Transport, command_line
-from skyd.transports.relay import RELAY, RelayListener
+from skyd.transports.relay import RELAY, Pipe, RelayListener
 
 __all__ = [
     "RunResult",
@@ -546,12 +546,16 @@ class SSHTransport(Transport):
         relay = self._relays.get(socket_path)
         if relay is not None and relay.serving:
             return relay.port
-        command = shlex.join([self.python, "-c", RELAY, socket_path])
+        command = shlex.join([self.python, "-S", "-c", RELAY, socket_path])  # -S: stdlib only, faster start
 
-        async def open_pipe() -> tuple[Any, Any, Any]:
+        async def open_pipe() -> Pipe:
             conn = await self.connection()
             proc = await conn.create_process(command, encoding=None)
-            return proc.stdout, proc.stdin, proc.close
+
+            def alive() -> bool:
+                return proc.exit_status is None and not proc.is_closing() and not proc.stdout.at_eof()
+
+            return Pipe(proc.stdout, proc.stdin, proc.close, alive)
 
         relay = RelayListener(open_pipe, name=str(self.target))
         await relay.start()
