@@ -5,6 +5,9 @@ for the host. Fake hosts are real asyncssh servers; agents are the real zipapp."
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -20,6 +23,8 @@ from skyd.transports.agent_deploy import AgentSite
 from skyd.transports.base import AgentAddress
 from skyd.transports.local import LocalTransport
 from skyd.transports.ssh import SSHTarget, SSHTransport
+from tests.fakes.sshd import real_sshd
+from tests.fakes.sshd import unavailable_reason as sshd_unavailable
 from tests.fakes.sshhost import fake_hosts, make_keypair, write_pools
 
 pytestmark = pytest.mark.anyio
@@ -124,3 +129,40 @@ async def test_local_transport_runs_copies_and_reaches_the_agent(tmp_path: Path)
     await t.get(str(tmp_path / "sub" / "copy"), tmp_path / "back")
     assert (tmp_path / "back").read_bytes() == b"s3"
     assert await t.agent_endpoint(AgentAddress("127.0.0.1", 4321, None)) == ("127.0.0.1", 4321)
+
+
+@pytest.mark.skipif(sshd_unavailable() is not None, reason=str(sshd_unavailable()))
+async def test_real_sshd_relays_more_connections_than_max_sessions(skyd_home: Path, tmp_path: Path) -> None:
+    """OpenSSH caps the sessions of one connection (MaxSessions 10): 14 log followers at once
+    through the relay still all get their stream (relays spread over extra connections)."""
+    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        async with real_sshd(work, port=2224, allow_tcp_forwarding=False) as s:
+            cfg = skyd_home.parent / "config"
+            cfg.mkdir(parents=True, exist_ok=True)
+            (cfg / "ssh_node_pools.yaml").write_text(
+                f"lab:\n  user: {s.user}\n  identity_file: {s.key}\n  hosts:\n"
+                f"    - ip: {s.host}\n      port: {s.port}\n"
+            )
+            p = SSHProvisioner()
+            try:
+                handle = await p.provision(_req("ms"), lambda m: None)
+                host, port = await p.agent_endpoint(handle, 0)
+                async with AgentClient(host, port, handle.token) as c:
+                    job = await c.submit_job({"run": "echo start; sleep 3; echo end", "name": "j"})
+                outs: dict[int, str] = {}
+
+                async def follow(i: int) -> None:
+                    async with AgentClient(host, port, handle.token) as c:
+                        outs[i] = await _logs(c, job)
+
+                with anyio.fail_after(60):
+                    async with anyio.create_task_group() as tg:
+                        for i in range(14):
+                            tg.start_soon(follow, i)
+                assert outs == {i: "start\nend\n" for i in range(14)}
+                await p.terminate(handle, lambda m: None)
+            finally:
+                await p.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

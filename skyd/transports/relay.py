@@ -89,9 +89,10 @@ class Pipe:
 
 OpenPipe = Callable[[], Awaitable[Pipe]]
 
-# A spare pipe is opened right after one is taken, so the next connection (agent calls come
-# in bursts: health, submit, tail) does not wait for an exec channel and a python3 start. An
-# unused spare is closed after this long.
+# Spare pipes are opened as soon as one is taken, so the next connections (agent calls come
+# in bursts: health, submit, tail, queue) do not wait for an exec channel and a python3
+# start. Unused spares are closed this long after the last connection.
+SPARES = 2
 SPARE_TTL_S = 20.0
 
 
@@ -116,13 +117,13 @@ async def _pump(src: Reader, dst: Writer, eof: bool) -> None:
 class RelayListener:
     """A 127.0.0.1 TCP listener whose every connection is relayed through ``open_pipe``."""
 
-    def __init__(self, open_pipe: OpenPipe, name: str = "", *, spare: bool = True) -> None:
+    def __init__(self, open_pipe: OpenPipe, name: str = "", *, spares: int = SPARES) -> None:
         self._open_pipe = open_pipe
         self.name = name
         self._server: asyncio.AbstractServer | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
-        self._use_spare = spare
-        self._spare: asyncio.Task[Pipe] | None = None
+        self.spares = spares
+        self._spares: list[asyncio.Task[Pipe]] = []
         self._spare_timer: asyncio.TimerHandle | None = None
         self.port = 0
         self.connections = 0
@@ -137,47 +138,50 @@ class RelayListener:
     def serving(self) -> bool:
         return self._server is not None and self._server.is_serving()
 
-    # -- spare pipe -----------------------------------------------------------------------
+    # -- spare pipes ----------------------------------------------------------------------
 
-    def _drop_spare(self) -> None:
-        task, self._spare = self._spare, None
+    @staticmethod
+    def _discard(task: asyncio.Task[Pipe]) -> None:
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            with contextlib.suppress(Exception):
+                task.result().close()
+
+    def _drop_spares(self) -> None:
+        spares, self._spares = self._spares, []
         if self._spare_timer is not None:
             self._spare_timer.cancel()
             self._spare_timer = None
-        if task is None:
-            return
-        if task.done():
-            if not task.cancelled() and task.exception() is None:
-                with contextlib.suppress(Exception):
-                    task.result().close()
-        else:
-            task.cancel()
+        for task in spares:
+            self._discard(task)
 
     def _prefetch(self) -> None:
-        if not self._use_spare or not self.serving or self._spare is not None:
+        if not self.serving:
             return
-        self._spare = asyncio.ensure_future(self._open_pipe())
-        self._spare_timer = asyncio.get_running_loop().call_later(SPARE_TTL_S, self._drop_spare)
-
-    async def _take_pipe(self) -> Pipe:
-        task, self._spare = self._spare, None
+        while len(self._spares) < self.spares:
+            self._spares.append(asyncio.ensure_future(self._open_pipe()))
         if self._spare_timer is not None:
             self._spare_timer.cancel()
-            self._spare_timer = None
-        pipe: Pipe | None = None
-        if task is not None:
+        self._spare_timer = asyncio.get_running_loop().call_later(SPARE_TTL_S, self._drop_spares)
+
+    async def _take_pipe(self) -> Pipe:
+        while self._spares:
+            # a finished spare first, else the oldest one (it is the furthest along)
+            done = [t for t in self._spares if t.done()]
+            task = done[0] if done else self._spares[0]
+            self._spares.remove(task)
             try:
                 pipe = await task
-            except Exception:  # noqa: BLE001 - a failed spare: open a fresh pipe
-                pipe = None
-            if pipe is not None and not pipe.alive():
-                with contextlib.suppress(Exception):
-                    pipe.close()
-                pipe = None
-            if pipe is not None:
+            except Exception:  # noqa: BLE001 - a failed spare: try the next, or a fresh one
+                continue
+            if pipe.alive():
                 self.spares_used += 1
-        if pipe is None:
-            pipe = await self._open_pipe()
+                self._prefetch()
+                return pipe
+            with contextlib.suppress(Exception):
+                pipe.close()
+        pipe = await self._open_pipe()
         self._prefetch()
         return pipe
 
@@ -217,7 +221,7 @@ class RelayListener:
         if self._server is not None:
             self._server.close()
             self._server = None
-        self._drop_spare()
+        self._drop_spares()
         for t in list(self._handlers):
             t.cancel()
         self._handlers.clear()

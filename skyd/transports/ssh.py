@@ -218,6 +218,20 @@ def _limiter() -> anyio.Semaphore:
     return sem
 
 
+# Relay sessions per SSH connection (OpenSSH's MaxSessions defaults to 10).
+RELAY_SESSIONS_PER_CONN = 8
+
+
+@dataclass
+class _RelayConn:
+    conn: Any
+    client: _Client
+    sessions: int = 0
+
+    def usable(self) -> bool:
+        return not self.client.lost and not self.conn.is_closed()
+
+
 @dataclass
 class _Forward:
     remote_host: str
@@ -245,6 +259,8 @@ class SSHTransport(Transport):
     reconnects: int = 0
     _ever_connected: bool = field(default=False, repr=False)
     _relays: dict[str, RelayListener] = field(default_factory=dict, repr=False)
+    _relay_conns: list[_RelayConn] = field(default_factory=list, repr=False)
+    _relay_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     #: True/False once known (a direct-tcpip channel opened or was refused); None: not yet
     forwarding: bool | None = None
 
@@ -366,6 +382,9 @@ class SSHTransport(Transport):
         for relay in self._relays.values():
             relay.close()
         self._relays.clear()
+        for rc in self._relay_conns:
+            rc.conn.close()
+        self._relay_conns.clear()
         if self._conn is not None:
             conn = self._conn
             self._conn = None
@@ -549,15 +568,45 @@ class SSHTransport(Transport):
         command = shlex.join([self.python, "-S", "-c", RELAY, socket_path])  # -S: stdlib only, faster start
 
         async def open_pipe() -> Pipe:
-            conn = await self.connection()
-            proc = await conn.create_process(command, encoding=None)
+            rc = await self._relay_conn()
+            try:
+                proc = await rc.conn.create_process(command, encoding=None)
+            except BaseException:
+                rc.sessions -= 1
+                raise
+            released = False
+
+            def close() -> None:
+                nonlocal released
+                if not released:
+                    released = True
+                    rc.sessions -= 1
+                proc.close()
 
             def alive() -> bool:
                 return proc.exit_status is None and not proc.is_closing() and not proc.stdout.at_eof()
 
-            return Pipe(proc.stdout, proc.stdin, proc.close, alive)
+            return Pipe(proc.stdout, proc.stdin, close, alive)
 
         relay = RelayListener(open_pipe, name=str(self.target))
         await relay.start()
         self._relays[socket_path] = relay
         return relay.port
+
+    async def _relay_conn(self) -> _RelayConn:
+        """A connection for one more relay session (counted in): relays run on connections
+        of their own, at most RELAY_SESSIONS_PER_CONN each, because sshd caps the sessions of
+        one connection (MaxSessions, 10 by default) and commands and SFTP need the main one."""
+        async with self._relay_lock:
+            for rc in list(self._relay_conns):
+                if not rc.usable() and rc.sessions <= 0:
+                    rc.conn.abort()
+                    self._relay_conns.remove(rc)
+            for rc in self._relay_conns:
+                if rc.usable() and rc.sessions < RELAY_SESSIONS_PER_CONN:
+                    rc.sessions += 1
+                    return rc
+            conn, client = await self._connect_once()
+            rc = _RelayConn(conn, client, sessions=1)
+            self._relay_conns.append(rc)
+            return rc
