@@ -145,8 +145,8 @@ async def test_real_sshd_relays_more_connections_than_max_sessions(skyd_home: Pa
                 f"    - ip: {s.host}\n      port: {s.port}\n"
             )
             p = SSHProvisioner()
+            handle = await p.provision(_req("ms"), lambda m: None)
             try:
-                handle = await p.provision(_req("ms"), lambda m: None)
                 host, port = await p.agent_endpoint(handle, 0)
                 async with AgentClient(host, port, handle.token) as c:
                     job = await c.submit_job({"run": "echo start; sleep 3; echo end", "name": "j"})
@@ -161,8 +161,9 @@ async def test_real_sshd_relays_more_connections_than_max_sessions(skyd_home: Pa
                         for i in range(14):
                             tg.start_soon(follow, i)
                 assert outs == {i: "start\nend\n" for i in range(14)}
-                await p.terminate(handle, lambda m: None)
             finally:
-                await p.close()
+                with anyio.CancelScope(shield=True):
+                    await p.terminate(handle, lambda m: None)  # nothing left on the test user's home
+                    await p.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
