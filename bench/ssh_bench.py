@@ -163,6 +163,7 @@ async def bench_paths(tmp: Path, calls: int, use_sshd: bool) -> None:
                 for label, spares in modes:
                     for r in relays.values():
                         r.spares = spares if spares is not None else r.spares
+                        r._drop_spares()  # start each mode from a clean slate
                     xs = []
                     for _ in range(calls):
                         t0 = time.perf_counter()
