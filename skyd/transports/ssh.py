@@ -10,7 +10,8 @@
 - The node agent is reached through ``agent_endpoint``: a local port forward where the host
   allows TCP forwarding, else (``AllowTcpForwarding no``: the first direct-tcpip channel is
   refused, and that is remembered for the host) an exec relay to the agent's Unix socket
-  (skyd.transports.relay).
+  (skyd.transports.relay), its sessions on extra connections of their own (sshd's
+  MaxSessions caps one connection at 10).
 - Host keys: checked against ``~/.ssh/known_hosts`` and skyd's own
   ``$SKYD_HOME/ssh/known_hosts``. First contact with an unknown host trusts its key and
   records it in skyd's file (trust on first use); a host whose key differs from a recorded
@@ -115,7 +116,8 @@ class SSHTarget:
 
 
 class SSHConnectError(SkydError):
-    """Could not open an SSH connection. ``kind``: unreachable | auth | hostkey | timeout."""
+    """Could not open an SSH connection (or reach the agent over it). ``kind``: unreachable |
+    auth | hostkey | timeout | forwarding."""
 
     def __init__(self, message: str, *, kind: str, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
