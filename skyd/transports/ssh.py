@@ -561,6 +561,24 @@ class SSHTransport(Transport):
         writer.close()
         self.forwarding = True
 
+    async def probe_forwarding(self) -> bool | None:
+        """Whether the host allows TCP forwarding (None: could not tell). Opens one
+        direct-tcpip channel to the host's own 127.0.0.1:1: a policy refusal is remembered
+        (agents there are reached through the relay); a refused connection means allowed."""
+        conn = await self.connection()
+        try:
+            _reader, writer = await conn.open_connection("127.0.0.1", 1)
+        except asyncssh.ChannelOpenError as e:
+            if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+                self.forwarding = False
+                _NO_FORWARDING.add(self.target.key)
+                return False
+            return e.code == asyncssh.OPEN_CONNECT_FAILED or None
+        except _CONN_ERRORS:
+            return None
+        writer.close()
+        return True
+
     async def relay_local(self, socket_path: str) -> int:
         """A local 127.0.0.1 port whose connections each run the relay on the host (one
         exec channel per connection) to the Unix socket ``socket_path``."""
