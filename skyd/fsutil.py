@@ -15,7 +15,7 @@ from typing import Any
 
 from skyd.errors import InvalidSpecError
 
-# Python >= 3.8 and stdlib only: this text also runs on pool hosts (skyd.clouds.ssh.remote).
+# Python >= 3.8 and stdlib only: this text also runs on pool hosts (skyd.transports.agent_scripts).
 REMOTE_SRC = r'''
 def confined_target(path, root):
     """The resolved path of ``path`` if it lies strictly inside ``root``, else ValueError.

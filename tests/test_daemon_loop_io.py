@@ -194,7 +194,7 @@ async def test_launch_dryrun_parses_off_the_loop(guard: LoopIOGuard, tmp_path: P
 
 
 async def test_ssh_connect_reads_known_hosts_off_the_loop(guard: LoopIOGuard, tmp_path: Path) -> None:
-    from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport, known_hosts_path
+    from skyd.transports.ssh import SSHTarget, SSHTransport, known_hosts_path
     from tests.fakes.sshhost import FakeSSHHost, make_keypair
 
     guard.roots.append(str(Path("~/.ssh").expanduser()))

@@ -53,3 +53,16 @@ async def test_amd_rocm6_host(skyd_home: Path, tmp_path: Path) -> None:
         (rep,) = await check_pool(load_pools()["mi"])
     assert rep.status == "ok" and rep.gpus == "MI300X:8"
     assert rep.to_dict()["ok"] is True
+
+
+async def test_host_without_tcp_forwarding_is_ready_and_says_so(skyd_home: Path, tmp_path: Path) -> None:
+    priv, pub = make_keypair(tmp_path / "k")
+    async with (
+        fake_hosts(tmp_path / "a", 1, pub) as (fwd,),
+        fake_hosts(tmp_path / "b", 1, pub, allow_forwarding=False, first=3) as (nofwd,),
+    ):
+        write_pools(skyd_home.parent / "config", {"lab": [fwd, nofwd]}, priv)
+        r_fwd, r_no = await check_pool(load_pools()["lab"])
+    assert r_fwd.status == "ok" and r_fwd.tcp_forwarding is True and "relay" not in r_fwd.message
+    assert r_no.status == "ok" and r_no.ok and r_no.tcp_forwarding is False
+    assert "exec relay" in r_no.message and r_no.to_dict()["tcp_forwarding"] is False

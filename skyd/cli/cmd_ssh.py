@@ -75,6 +75,6 @@ def cmd_check(args: argparse.Namespace) -> int:
                          str(r.cpus or "-"), str(r.memory_gib or "-")])  # fmt: skip
         print(_table(rows))
         for r in reports:
-            if r.status != "ok":
+            if r.status != "ok" or r.tcp_forwarding is False:
                 print(f"\n{r.message}" + (f"\n  hint: {r.hint}" if r.hint else ""))
     return 0 if all(r.ok for r in reports) else 1

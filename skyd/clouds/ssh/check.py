@@ -129,6 +129,7 @@ class HostReport:
     memory_gib: float | None = None
     gpus: str | None = None  # "H100:8"
     in_use_by: str | None = None
+    tcp_forwarding: bool | None = None  # False: agents are reached through the exec relay
     facts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -143,12 +144,13 @@ class HostReport:
 
 
 async def check_host(h: PoolHost, in_use_by: str | None, timeout: float = 10.0) -> HostReport:
-    from skyd.pipeline.ssh_transport import SSHConnectError, SSHTransport
+    from skyd.transports.ssh import SSHConnectError, SSHTransport
 
     rep = HostReport(h.pool, h.name, "ok", in_use_by=in_use_by)
     t = SSHTransport(h.target(), connect_timeout=timeout, connect_attempts=1)
     try:
         facts = await probe_host(t)
+        rep.tcp_forwarding = await t.probe_forwarding()
     except SSHConnectError as e:
         rep.status = {"auth": "auth_failed", "hostkey": "host_key"}.get(e.kind, "unreachable")
         rep.message, rep.hint = e.message, e.hint
@@ -178,6 +180,8 @@ async def check_host(h: PoolHost, in_use_by: str | None, timeout: float = 10.0) 
         rep.hint = f"`skyd down {in_use_by}` to free it"
     else:
         rep.message = f"{h.name}: ready"
+    if rep.ok and rep.tcp_forwarding is False:
+        rep.message += " (TCP forwarding is off: the agent is reached through an exec relay)"
     return rep
 
 
