@@ -35,9 +35,9 @@ from skyd.clouds.base import (
     ClusterHandle,
     LogFn,
     NodeHandle,
+    PartialHandle,
     Provisioner,
     ProvisionRequest,
-    register_cloud,
 )
 from skyd.clouds.offering import Offering
 
@@ -273,8 +273,8 @@ class LocalProvisioner(Provisioner):
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
         log(f"Removed {cdir}")
 
-    async def forget(self, cluster_name: str) -> None:
-        cdir = self.cluster_dir(cluster_name)
+    async def forget(self, partial: PartialHandle) -> None:
+        cdir = self.cluster_dir(partial.cluster_name)
         for nd in sorted(cdir.glob("node-*")) if cdir.exists() else []:
             info = self._agent_info(nd)
             if info and self._pid_alive(int(info["pid"])):
@@ -326,7 +326,7 @@ class LocalCloud(Cloud):
         self._prov = LocalProvisioner()
         self._offering: Offering | None = None
 
-    def check(self) -> tuple[bool, str]:
+    async def check(self) -> tuple[bool, str]:
         return True, "always available: nodes are sandboxes on this machine"
 
     def dynamic_offerings(self) -> list[Offering]:
@@ -349,5 +349,3 @@ class LocalCloud(Cloud):
     def provisioner(self) -> Provisioner:
         return self._prov
 
-
-register_cloud(LOCAL, LocalCloud)

@@ -53,7 +53,11 @@ class SSHCloud(Cloud):
         """The pool ``name``; NotFoundError with a did-you-mean hint for a typo."""
         return get_pool(name, self.pools())
 
-    def check(self) -> tuple[bool, str]:
+    async def check(self) -> tuple[bool, str]:
+        return self.check_config()
+
+    def check_config(self) -> tuple[bool, str]:
+        """The check without network: are there pools (the planner's cheap gate)."""
         try:
             pools = self.pools()
         except SkydError as e:

@@ -33,6 +33,7 @@ from skyd.clouds.base import (
     ClusterHandle,
     LogFn,
     NodeHandle,
+    PartialHandle,
     Provisioner,
     ProvisionRequest,
 )
@@ -414,12 +415,12 @@ class SSHProvisioner(Provisioner):
         stats = await sync_to_remote(t, Path(src), self.remote_path(handle, rank, dst), excludes)
         return stats.files, stats.bytes
 
-    async def forget(self, cluster_name: str) -> None:
+    async def forget(self, partial: PartialHandle) -> None:
         """A launch that died before it had a handle: give its reserved hosts back."""
         from skyd.clouds.ssh.state import release, state_dir
 
         if (state_dir() / "allocations.db").exists():
-            await release(cluster_name)
+            await release(partial.cluster_name)
 
     async def close(self) -> None:
         for t in list(self._transports.values()):
