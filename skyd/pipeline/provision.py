@@ -10,8 +10,9 @@ One attempt (docs/providers.md, "Lifecycle"):
    attempt made is removed (`Provisioner.forget`), and its scope is blocked: the zone, the
    region, the whole cloud (also for credential errors and hung attempts past the
    deadline on a cloud-wide outage), or "stop", which ends the launch at once.
-When every candidate of a plan failed, the task is planned again with the blocks; the
-error after the last plan lists every attempt and why it failed.
+After each failure the task is planned again with the blocks (SkyPilot's failover: the
+next best candidate, which may be another region of the same cloud); the error after the
+last plan lists every attempt and why it failed.
 """
 
 from __future__ import annotations
@@ -306,5 +307,9 @@ async def provision_cluster(
             if attempt.scope == "stop":
                 raise exhausted(err, tried) if len(tried) > 1 else err
             blocked.append(planner.block_for(choice, err))
-        # Every ranked choice failed: re-solve with the blocks.
-        ctx.log(f"All {len(choices)} candidates failed or were blocked; re-planning with them blocked")
+            # Re-plan with the new block: the next best may be another region of this
+            # cloud, which the plan's alternatives (one per cloud and type) do not list.
+            break
+        else:  # the plan offered only blocked candidates: nothing is left to try
+            raise exhausted(ResourcesUnavailableError(
+                "no launchable resources: every candidate is blocked", field="resources"), tried)
