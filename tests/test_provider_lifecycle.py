@@ -17,7 +17,7 @@ import pytest
 from skyd.sdk.transport import Client
 from tests.fakes.testcloud import PLUGIN
 from tests.fakes.testcloud.server import KEY, POINTS, FakeInstancesAPI
-from tests.test_pipeline_support import Env, module_env, wait_for, write
+from tests.test_pipeline_support import Env, module_env, write
 
 
 @pytest.fixture(scope="module")
