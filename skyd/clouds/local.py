@@ -321,6 +321,7 @@ class LocalProvisioner(Provisioner):
 class LocalCloud(Cloud):
     name = LOCAL
     unsupported = frozenset({"bucket_mounts", "spot", "ports"})
+    check_ttl_s = 0.0  # nothing to probe
 
     def __init__(self) -> None:
         self._prov = LocalProvisioner()

@@ -209,7 +209,7 @@ async def _attempt(
     except CredentialsError as e:
         err = ResourcesUnavailableError(f"credentials refused: {e}", scope="cloud",
                                         provider_message=e.hint, hint=e.hint)
-        await cloudcheck.record_failure(store, cloud.name or choice.offering.cloud, str(e))
+        await cloudcheck.record_failure(store, choice.offering.cloud, str(e))
     except BaseException:
         # Cancelled, or an infra failure: remove what was half made, then report.
         with anyio.CancelScope(shield=True):

@@ -19,6 +19,7 @@ import os
 import posixpath
 import secrets
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -429,6 +430,10 @@ class SSHProvisioner(Provisioner):
 
     async def in_use(self) -> dict[str, str]:
         return await allocations()
+
+    async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
+        """Pool hosts are existing machines: skyd manages no firewall there, so their ports
+        are as reachable as the host's own network makes them."""
 
 
 def _candidates(pool: Pool, off: Offering, facts: dict[str, dict[str, Any]]) -> list[PoolHost]:
