@@ -211,3 +211,24 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
     assert "hello-tc" in env.ok("logs", name, "1", "--no-follow").stdout
     _down(env, api, name)
     assert api.live() == []
+
+
+def test_the_last_error_lists_every_attempt_and_why(
+    env: Env, api: FakeInstancesAPI, tmp_path: Path
+) -> None:
+    from tests.fakes.preemptible import write_knobs
+
+    for region in ("r1", "r2", "r3"):
+        api.fail(region, None, "capacity")
+    write_knobs(refused=[[None, None]])  # and the fake preemptible cloud has nothing either
+    try:
+        evs = _events(_submit(tmp_path, "tc-none"))
+    finally:
+        write_knobs()
+    assert evs[-1]["type"] == "error", evs[-3:]
+    msg = evs[-1]["error"]["message"]
+    tried = [line for line in msg.splitlines() if line.startswith("  - ")]
+    assert len(tried) == len(_failed(evs)) == 6 + 3  # six testcloud zones, three fakecloud regions
+    assert "  - testcloud/r1/r1-a tc-small" in msg and "[zone] testcloud/r1/r1-a: no capacity" in msg
+    assert "[region] fakecloud/r1/" in msg and "insufficient capacity" in msg
+    assert env.status("tc-none") is None and api.live() == []

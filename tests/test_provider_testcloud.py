@@ -216,3 +216,19 @@ async def test_leak_pass_and_check_cache(tc: FakeInstancesAPI, store: Any, monke
     finally:
         await prov.close()
         await close_clouds()
+
+
+async def test_managed_job_teardown_of_half_made_cluster(tc: FakeInstancesAPI, store: Any) -> None:
+    from skyd.jobs.pipeline_ops import PipelineClusterOps
+    from skyd.pipeline import clusters_db as cdb
+
+    prov = TestProvisioner()
+    try:
+        partial = PartialHandle("tcj", "testcloud", "r3", "r3-a", "tcj-t")
+        await cdb.insert_init(store, "tcj", request_id="j", resources={}, num_nodes=1, partial=partial)
+        await prov.call("POST", "/v1/instances", body={
+            "tag": "tcj-t", "cluster": "tcj", "region": "r3", "zone": "r3-a", "count": 1})
+        await PipelineClusterOps(store).teardown_locked("tcj")
+        assert tc.live("tcj-t") == [] and await cdb.get_cluster(store, "tcj") is None
+    finally:
+        await prov.close()
