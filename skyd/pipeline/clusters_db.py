@@ -81,19 +81,20 @@ async def insert_init(
 
 
 def partial_of(row: dict[str, Any]) -> PartialHandle | None:
-    """The partial handle of a row whose provisioning never produced a handle (None when it
-    has a handle, or when it was written by a build without partial handles)."""
-    if row.get("handle") or not row.get("cloud"):
+    """The partial handle of an INIT row whose provisioning never produced a handle (None
+    when it has a handle, or when it was not written by a provisioning attempt: no tag)."""
+    if row.get("handle") or not row.get("cloud") or not row.get("tag") or row.get("status") != INIT:
         return None
-    name = str(row["name"])
-    return PartialHandle(name, str(row["cloud"]), row.get("region"), row.get("zone"),
-                         str(row.get("tag") or name))
+    return PartialHandle(str(row["name"]), str(row["cloud"]), row.get("region"), row.get("zone"),
+                         str(row["tag"]))
 
 
 async def half_made(store: Any) -> list[PartialHandle]:
     """Every cluster row that is only a partial handle (a provisioning in flight, or one a
     killed daemon left)."""
-    rows = await store.fetchall("SELECT * FROM clusters WHERE handle IS NULL AND cloud IS NOT NULL")
+    rows = await store.fetchall(
+        "SELECT * FROM clusters WHERE handle IS NULL AND cloud IS NOT NULL AND tag IS NOT NULL"
+        " AND status = ?", (INIT,))
     return [p for p in (partial_of(dict(r)) for r in rows) if p is not None]
 
 
