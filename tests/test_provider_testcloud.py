@@ -232,3 +232,24 @@ async def test_managed_job_teardown_of_half_made_cluster(tc: FakeInstancesAPI, s
         assert tc.live("tcj-t") == [] and await cdb.get_cluster(store, "tcj") is None
     finally:
         await prov.close()
+
+
+async def test_status_refresh_runs_the_leak_pass(tc: FakeInstancesAPI, store: Any) -> None:
+    from skyd.pipeline import clusters_db as cdb
+    from skyd.pipeline.verbs import _refresh  # POST /v1/status/refresh (`skyd status -r`)
+
+    class ReadCtx:
+        def __init__(self) -> None:
+            self.store = store
+            self.body = {"clusters": ["tcr"]}
+
+    prov = TestProvisioner()
+    try:
+        await cdb.insert_init(store, "tcr", request_id="r", resources={}, num_nodes=1,
+                              partial=PartialHandle("tcr", "testcloud", "r1", "r1-a", "tcr-t"))
+        await prov.call("POST", "/v1/instances", body={
+            "tag": "tcr-t", "cluster": "tcr", "region": "r1", "zone": "r1-a", "count": 1})
+        assert await _refresh(ReadCtx(), None) == []
+        assert tc.live("tcr-t") == [] and await cdb.get_cluster(store, "tcr") is None
+    finally:
+        await prov.close()
