@@ -1,9 +1,76 @@
-"""Names of infras registered at run time (stdlib only, importable from anywhere).
+"""The one list of providers (stdlib only, importable from anywhere).
 
-`skyd.clouds.base.register_cloud` adds to it; `skyd.models` accepts these names in
-`infra:`/`cloud:` besides the clouds it knows (so a provider registered by a plugin, such as
-the tests' fake preemptible cloud, is a valid infra)."""
+:data:`PROVIDERS` names every in-tree provider and where its :class:`~skyd.clouds.base.Cloud`
+class lives (``module:Class``, imported only when the cloud is first used). Out-of-tree
+providers add themselves through the ``skyd.clouds`` entry-point group, and test providers
+through ``$SKYD_CLOUD_PLUGINS`` (``name=module:Class``, comma separated). Everything else
+that needs provider names (``skyd.models`` accepting an ``infra:``, the catalog's
+"implemented" view, ``skyd check``, the planner) derives them from here; see
+docs/providers.md.
+"""
 
 from __future__ import annotations
 
-REGISTERED: set[str] = set()
+import os
+from collections.abc import Iterator
+
+#: name -> "module:Class" of the in-tree providers. Adding a provider = one line here.
+PROVIDERS: dict[str, str] = {
+    "local": "skyd.clouds.local:LocalCloud",
+    "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
+}
+
+ENTRY_POINT_GROUP = "skyd.clouds"
+PLUGIN_ENV = "SKYD_CLOUD_PLUGINS"
+
+
+def env_specs() -> dict[str, str]:
+    """``$SKYD_CLOUD_PLUGINS`` (``name=module:Class,...``): providers for tests and trials."""
+    out: dict[str, str] = {}
+    for part in os.environ.get(PLUGIN_ENV, "").split(","):
+        name, _, target = part.strip().partition("=")
+        if name and ":" in target:
+            out[name.strip().lower()] = target.strip()
+    return out
+
+
+def entry_point_specs() -> dict[str, str]:
+    """Providers installed as packages (entry-point group ``skyd.clouds``)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def provider_specs() -> dict[str, str]:
+    """Every provider this process can load: in-tree, entry points, then $SKYD_CLOUD_PLUGINS
+    (later ones win, so a test may stand in for a real provider)."""
+    return {**PROVIDERS, **entry_point_specs(), **env_specs()}
+
+
+class _Names:
+    """The provider names: the spec list (read once, on first use) plus names registered
+    at run time by :func:`skyd.clouds.base.register_cloud`. Set-like: ``in``, iteration."""
+
+    def __init__(self) -> None:
+        self._names: set[str] | None = None
+
+    def _all(self) -> set[str]:
+        if self._names is None:
+            self._names = set(provider_specs())
+        return self._names
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._all()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._all()))
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def add(self, name: str) -> None:
+        self._all().add(name.lower())
+
+
+REGISTERED: _Names = _Names()
+"""Names of the providers (``skyd.models`` accepts them in ``infra:``/``cloud:``)."""

@@ -9,7 +9,7 @@ exits with ``exit_code`` -- never a traceback. Over the daemon's API it travels 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class SkydError(Exception):
@@ -95,18 +95,55 @@ class NotFoundError(SkydError):
     exit_code = 3
 
 
+FailoverScope = Literal["zone", "region", "cloud", "stop"]
+"""What a provisioning failure rules out: the zone, the whole region, the whole cloud, or
+everything (``stop``: no other candidate can do better; the launch ends with this error)."""
+
+SCOPES: tuple[FailoverScope, ...] = ("zone", "region", "cloud", "stop")
+
+
 class ResourcesUnavailableError(SkydError):
-    """Nothing launchable: infeasible request, or every candidate blocked / out of capacity."""
+    """Nothing launchable: infeasible request, or every candidate blocked / out of capacity.
+
+    Raised by a provisioner, it declares its failover ``scope`` and carries the provider's
+    own words in ``provider_message`` (e.g. the API's error code and text). ``scope=None``
+    lets the failover loop choose (the zone when the candidate has one, else the region).
+    """
 
     exit_code = 4
 
-    def __init__(self, message: str, *, no_failover: bool = False, **kw: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        scope: FailoverScope | None = None,
+        provider_message: str | None = None,
+        no_failover: bool = False,
+        **kw: Any,
+    ) -> None:
         super().__init__(message, **kw)
-        self.no_failover = no_failover
+        if scope is not None and scope not in SCOPES:
+            raise ValueError(f"bad failover scope {scope!r}; one of {SCOPES}")
+        self.scope: FailoverScope | None = "stop" if no_failover else scope
+        self.provider_message = provider_message
+
+    @property
+    def no_failover(self) -> bool:
+        """True when no other candidate is worth trying (scope ``stop``)."""
+        return self.scope == "stop"
+
+    @no_failover.setter
+    def no_failover(self, value: bool) -> None:
+        if value:
+            self.scope = "stop"
+        elif self.scope == "stop":
+            self.scope = None
 
 
 class CredentialsError(SkydError):
-    """A cloud's credentials are missing or wrong."""
+    """A cloud's credentials are missing or wrong. Raised while provisioning, it blocks
+    that whole cloud (failover moves on to the next cloud); it ends the launch only when
+    no other cloud is left."""
 
     exit_code = 5
 

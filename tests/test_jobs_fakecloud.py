@@ -27,7 +27,7 @@ def test_catalog_and_registration() -> None:
     assert all(o.spot_price is not None and o.price is not None and o.spot_price < o.price for o in offs)
     r1 = min(o.spot_price or 0 for o in offs if o.region == "r1")
     r3 = min(o.spot_price or 0 for o in offs if o.region == "r3")
-    assert r1 < r3 and cloud.check()[0] and cloud.name == NAME
+    assert r1 < r3 and anyio.run(cloud.check)[0] and cloud.name == NAME
 
 
 async def test_capacity_knobs_raise_with_scope(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 
@@ -125,7 +126,7 @@ def test_offerings_are_free_hosts_with_probed_gpus(skyd_home: Path) -> None:
                                              "accelerator_count": 8, "accelerator_memory_gib": 79.6}})  # fmt: skip
     allocate_sync("lab", "busy", [lab.hosts[1].key], 1)
     cloud = SSHCloud()
-    assert cloud.check()[0]
+    assert anyio.run(cloud.check)[0]
     offs = {o.instance_type: o for o in cloud.dynamic_offerings()}
     # held: still offered (a full pool fails in allocation, naming it), after the free hosts
     assert [o.instance_type for o in cloud.dynamic_offerings() if o.region == "lab"][-1] == "gpu-box:2222"

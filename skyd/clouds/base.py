@@ -1,18 +1,29 @@
 """The contract every infra implements: catalog side (offerings) and provisioner side.
 
-A `Cloud` says whether it is enabled (credentials / config present), what it can offer
-(catalog rows from CSV, or dynamic offerings for `local`, `ssh` pools, `kubernetes`), and
-gives a `Provisioner` that creates, queries, stops, starts and terminates the nodes of a
-cluster. Everything is async and idempotent by cluster name. Each node runs a node agent
-(skyd.nodeagent); `Provisioner.agent_endpoint` says how the daemon reaches it (a local
-port, or an SSH port forward).
+A `Cloud` says whether it is enabled (credentials / config present, possibly probed over
+the network), what it can offer (catalog rows from CSV, or dynamic offerings for `local`,
+`ssh` pools, `kubernetes`), which request features it cannot serve, and gives a
+`Provisioner` that creates, queries, stops, starts and terminates the nodes of a cluster.
+Everything is async and idempotent by cluster name; every object a provider creates
+carries the cluster's tag. Each node runs a node agent (skyd.nodeagent);
+`Provisioner.agent_endpoint` says how the daemon reaches it.
+
+The lifecycle (docs/providers.md): the pipeline writes a `PartialHandle` (cloud, region,
+zone, tag) to SQLite before `provision` is called; `provision` raises
+`ResourcesUnavailableError` with a failover scope, or `CredentialsError` (blocks the whole
+cloud); `forget(partial)` removes whatever an attempt that never produced a handle left.
+
+Providers are listed once, in `skyd.cloudnames.PROVIDERS` (plus entry points and
+$SKYD_CLOUD_PLUGINS); `get_cloud` loads them on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,6 +60,14 @@ class ClusterHandle:
     cpus: float | None = None
     memory_gib: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    tag: str = ""  # the tag/label on every object the provider created (empty: cluster name)
+
+    @property
+    def cluster_tag(self) -> str:
+        return self.tag or self.cluster_name
+
+    def partial(self) -> PartialHandle:
+        return PartialHandle(self.cluster_name, self.cloud, self.region, self.zone, self.cluster_tag)
 
     @property
     def head(self) -> NodeHandle:
@@ -71,16 +90,68 @@ class ClusterHandle:
 
 
 @dataclass(frozen=True)
+class PartialHandle:
+    """Where a provisioning attempt may have created something: written to SQLite (one
+    transaction) before the provider's first create call, so a daemon killed mid-provision
+    finds and removes it on restart (and `down` asks only this cloud)."""
+
+    cluster_name: str
+    cloud: str
+    region: str | None
+    zone: str | None
+    tag: str
+
+    def describe(self) -> str:
+        return "/".join(p for p in (self.cloud, self.region, self.zone) if p)
+
+
+@dataclass(frozen=True)
 class ProvisionRequest:
     cluster_name: str
     num_nodes: int
     offering: Offering
     use_spot: bool
-    disk_size: int | None = None
-    ports: tuple[str, ...] = ()
-    image_id: str | None = None
+    disk_size: int | None = None  # GB; None: the provider's default
+    ports: tuple[str, ...] = ()  # "8080", "10000-10010": opened at create time
+    image_id: str | None = None  # for this region ("docker:<img>" for a container image)
     labels: tuple[tuple[str, str], ...] = ()
     token: str = ""
+    tag: str = ""  # put on every object created (empty: the cluster name)
+
+    @property
+    def cluster_tag(self) -> str:
+        return self.tag or self.cluster_name
+
+    def partial(self) -> PartialHandle:
+        o = self.offering
+        return PartialHandle(self.cluster_name, o.cloud, o.region, o.zone, self.cluster_tag)
+
+
+#: request feature -> the task field it comes from (what `Cloud.unsupported` may name).
+FEATURE_FIELDS: dict[str, str] = {
+    "spot": "resources.use_spot",
+    "ports": "resources.ports",
+    "disk_size": "resources.disk_size",
+    "image_id": "resources.image_id",
+    "labels": "resources.labels",
+    "bucket_mounts": "file_mounts",
+}
+
+
+def requested_features(req: ProvisionRequest) -> set[str]:
+    """The features of `FEATURE_FIELDS` a request uses (bucket mounts are the task's)."""
+    used = set()
+    if req.use_spot:
+        used.add("spot")
+    if req.ports:
+        used.add("ports")
+    if req.disk_size is not None:
+        used.add("disk_size")
+    if req.image_id:
+        used.add("image_id")
+    if req.labels:
+        used.add("labels")
+    return used
 
 
 # Node states a provisioner reports.
@@ -93,12 +164,18 @@ NODE_UNKNOWN = "unknown"
 
 
 class Provisioner(ABC):
-    """Creates and manages a cluster's nodes. Raises ResourcesUnavailableError on capacity,
-    quota or zone errors with `block` set in its `extra` so failover can exclude it."""
+    """Creates and manages a cluster's nodes.
+
+    `provision` raises `ResourcesUnavailableError(msg, scope=..., provider_message=...)` on
+    capacity, quota, zone or request errors (scope "zone", "region", "cloud" or "stop"),
+    and `CredentialsError` when the provider refuses the credentials (the cloud is blocked).
+    It runs under a deadline (`Cloud.provision_timeout_s`): a cancelled attempt is followed
+    by `forget`."""
 
     @abstractmethod
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
-        """Create (or find again, by cluster name) the nodes and start their agents."""
+        """Create (or find again, by cluster tag) the nodes, wait for them, start their
+        agents, and return the handle (with `tag=req.cluster_tag`)."""
 
     @abstractmethod
     async def query(self, handle: ClusterHandle) -> list[str]:
@@ -129,22 +206,42 @@ class Provisioner(ABC):
         """Copy a local directory (or file) to node `rank` (dst relative to the node dir
         when not absolute). Returns (files, bytes) synced."""
 
-    async def forget(self, cluster_name: str) -> None:  # noqa: B027 - optional hook
-        """Clean up after a provisioning that died before it produced a handle (hosts
-        reserved, directories made). Idempotent. Default: nothing to clean."""
+    async def forget(self, partial: PartialHandle) -> None:  # noqa: B027 - optional hook
+        """Remove what an attempt that never produced a handle may have made at
+        `partial`'s location (instances found by tag, hosts reserved, directories made).
+        Idempotent; called after a failed or timed-out attempt, by `down` of a half-made
+        cluster and by the daemon's leak pass. Default: nothing to clean."""
+
+    async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
+        """Open `ports` ("8080", "9000-9010") on every node of a running cluster (serving).
+        Default: this provider cannot."""
+        from skyd.errors import InvalidSpecError
+
+        raise InvalidSpecError(
+            f"the {handle.cloud!r} infra cannot open ports",
+            field="resources.ports",
+            hint="launch on an infra that supports ports",
+        )
 
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Release connections (forwards, SSH)."""
+        """Release connections (HTTP sessions, forwards, SSH)."""
 
 
 class Cloud(ABC):
     name: str = ""
-    #: features this infra does not support, checked before provisioning (e.g. "bucket_mounts")
+    #: features this infra does not support (keys of FEATURE_FIELDS), checked before
+    #: provisioning: a candidate on this infra is skipped for a task that uses one.
     unsupported: frozenset[str] = frozenset()
+    #: deadline of one provisioning attempt (create + wait + agents), seconds;
+    #: $SKYD_PROVISION_TIMEOUT_S overrides it for every cloud.
+    provision_timeout_s: float = 900.0
+    #: how long a `check` result is trusted before a launch probes again, seconds.
+    check_ttl_s: float = 600.0
 
     @abstractmethod
-    def check(self) -> tuple[bool, str]:
-        """(enabled, reason). Cheap: no network."""
+    async def check(self) -> tuple[bool, str]:
+        """(enabled, reason). May use the network (a credential probe); the daemon caches
+        the answer in SQLite (`skyd check` and stale launches refresh it)."""
 
     def dynamic_offerings(self) -> list[Offering] | None:
         """Offerings computed at plan time (local machine, ssh pools). None: use the catalog."""
@@ -162,13 +259,24 @@ class Cloud(ABC):
     @abstractmethod
     def provisioner(self) -> Provisioner: ...
 
+    def attempt_timeout(self) -> float:
+        raw = os.environ.get("SKYD_PROVISION_TIMEOUT_S")
+        return float(raw) if raw else float(self.provision_timeout_s)
+
+    async def close(self) -> None:
+        """Release the provider's clients (the daemon calls it at shutdown)."""
+        await self.provisioner().close()
+
+
+# -- the registry: skyd.cloudnames lists the providers; factories load on first use --------
 
 CloudFactory = Callable[[], Cloud]
-_REGISTRY: dict[str, CloudFactory] = {}
+_REGISTRY: dict[str, CloudFactory] = {}  # registered at run time (tests), win over specs
 _INSTANCES: dict[str, Cloud] = {}
 
 
 def register_cloud(name: str, factory: CloudFactory) -> None:
+    """Register (or replace) a provider at run time; the next get_cloud makes a new one."""
     from skyd.cloudnames import REGISTERED
 
     REGISTERED.add(name.lower())
@@ -176,24 +284,58 @@ def register_cloud(name: str, factory: CloudFactory) -> None:
     _INSTANCES.pop(name, None)
 
 
+def _load_spec(name: str, spec: str) -> CloudFactory:
+    from skyd.errors import SkydError
+
+    module, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise SkydError(
+            f"provider {name!r} ({spec}) failed to load: {e}",
+            hint="fix or remove it (skyd.cloudnames, entry point skyd.clouds, $SKYD_CLOUD_PLUGINS)",
+        ) from e
+    return obj  # type: ignore[no-any-return]
+
+
 def get_cloud(name: str) -> Cloud:
+    from skyd.cloudnames import provider_specs
     from skyd.errors import InvalidSpecError
 
     if name not in _INSTANCES:
-        try:
-            factory = _REGISTRY[name]
-        except KeyError:
-            raise InvalidSpecError(
-                f"infra {name!r} is not available in this build",
-                field="resources.infra",
-                hint="known: " + ", ".join(sorted(_REGISTRY)),
-            ) from None
+        factory = _REGISTRY.get(name)
+        if factory is None:
+            spec = provider_specs().get(name)
+            if spec is None:
+                raise InvalidSpecError(
+                    f"infra {name!r} is not available in this build",
+                    field="resources.infra",
+                    hint="known: " + ", ".join(registered_clouds()),
+                )
+            factory = _load_spec(name, spec)
         _INSTANCES[name] = factory()
     return _INSTANCES[name]
 
 
 def registered_clouds() -> list[str]:
-    return sorted(_REGISTRY)
+    """Every provider name this process knows (loaded or not)."""
+    from skyd.cloudnames import provider_specs
+
+    return sorted(set(provider_specs()) | set(_REGISTRY))
+
+
+def loaded_clouds() -> list[Cloud]:
+    return list(_INSTANCES.values())
+
+
+async def close_clouds() -> None:
+    """Close every loaded provider's clients (daemon shutdown); one failure does not stop
+    the others."""
+    for cloud in loaded_clouds():
+        try:
+            await cloud.close()
+        except Exception:  # noqa: BLE001, S110 - shutting down: best effort
+            pass
 
 
 AsyncFn = Callable[[], Awaitable[None]]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,22 +29,32 @@ from skyd.clouds.offering import Offering
 
 DATA_DIR = Path(__file__).parent / "data"
 
-# cloud -> whether skyd has a provider implementation. False = "catalog only": shown by
-# show-gpus and usable for planning with SKYD_CATALOG_DIR, but not enabled by default.
-# True once a provider module (skyd/clouds/<name>) can provision it; the rest are
-# "catalog only": shown by show-gpus and planned by --dryrun under SKYD_CATALOG_DIR.
-IMPLEMENTED: dict[str, bool] = {
-    "aws": False,
-    "gcp": False,
-    "runpod": False,
-    "lambda": False,
-    "vultr": False,
-    "hotaisle": False,
-    "do": False,  # DigitalOcean (SkyPilot's name for it)
-    "crusoe": False,
-    "azure": False,
-    "oci": False,
-}
+class _Implemented(Mapping[str, bool]):
+    """cloud -> whether skyd has a provider for it, derived from the provider list
+    (skyd.cloudnames): every bundled catalog's cloud, plus every provider. False = "catalog
+    only": shown by show-gpus and planned by --dryrun under SKYD_CATALOG_DIR, not enabled by
+    default."""
+
+    def _names(self) -> set[str]:
+        from skyd.cloudnames import REGISTERED
+
+        return {p.stem for p in DATA_DIR.glob("*.csv")} | set(REGISTERED)
+
+    def __getitem__(self, cloud: str) -> bool:
+        from skyd.cloudnames import REGISTERED
+
+        if cloud not in self._names():
+            raise KeyError(cloud)
+        return cloud in REGISTERED
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._names()))
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+IMPLEMENTED: Mapping[str, bool] = _Implemented()
 
 # When the bundled rows were taken from the providers' public price lists.
 BUNDLED_DATES: dict[str, str] = {

@@ -36,9 +36,9 @@ from skyd.clouds.base import (
     ClusterHandle,
     LogFn,
     NodeHandle,
+    PartialHandle,
     Provisioner,
     ProvisionRequest,
-    register_cloud,
 )
 from skyd.clouds.offering import Offering
 from skyd.transports import agent_deploy
@@ -314,9 +314,9 @@ class LocalProvisioner(Provisioner):
         if cdir is not None:
             await self._remove(cdir, log)
 
-    async def forget(self, cluster_name: str) -> None:
+    async def forget(self, partial: PartialHandle) -> None:
         try:
-            cdir = self.cluster_dir(cluster_name)
+            cdir = self.cluster_dir(partial.cluster_name)
             nds = sorted(cdir.glob("node-*")) if cdir.is_dir() else []
         except (fsutil.UnsafePathError, OSError):
             return  # nothing of ours can be there
@@ -367,12 +367,13 @@ class LocalProvisioner(Provisioner):
 class LocalCloud(Cloud):
     name = LOCAL
     unsupported = frozenset({"bucket_mounts", "spot", "ports"})
+    check_ttl_s = 0.0  # nothing to probe
 
     def __init__(self) -> None:
         self._prov = LocalProvisioner()
         self._offering: Offering | None = None
 
-    def check(self) -> tuple[bool, str]:
+    async def check(self) -> tuple[bool, str]:
         return True, "always available: nodes are sandboxes on this machine"
 
     def max_nodes(self) -> int:
@@ -398,5 +399,3 @@ class LocalCloud(Cloud):
     def provisioner(self) -> Provisioner:
         return self._prov
 
-
-register_cloud(LOCAL, LocalCloud)

@@ -110,7 +110,17 @@ async def _v2(db: Any) -> None:
     })
 
 
-MIGRATIONS: list[Migration] = [_V1, _v2]
+async def _v3(db: Any) -> None:
+    """The provisioning lifecycle: a cluster row's tag (with cloud/region/zone it is the
+    partial handle written before the first create call), and the cached cloud checks."""
+    await _add_columns(db, "clusters", {"tag": "TEXT"})
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS cloud_checks (cloud TEXT PRIMARY KEY,"
+        " ok INTEGER NOT NULL, reason TEXT, checked_at REAL NOT NULL)"
+    )
+
+
+MIGRATIONS: list[Migration] = [_V1, _v2, _v3]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

@@ -185,6 +185,10 @@ class PipelineClusterOps:
         if handle is not None:
             await self._save_logs(cluster_name, handle)
             await get_cloud(handle.cloud).provisioner().terminate(handle, lambda _: None)
+        elif (partial := cdb.partial_of(row)) is not None:  # a half-made attempt: its cloud
+            from skyd.pipeline.provision import forget  # removes what carries its tag
+
+            await forget(self.store, partial, lambda _: None)
         await cdb.remove_cluster(self.store, cluster_name)
 
     async def tail_logs(self, cluster_name: str, job_id: int, follow: bool) -> AsyncIterator[bytes]:

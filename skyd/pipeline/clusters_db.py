@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from skyd.clouds.base import ClusterHandle
+from skyd.clouds.base import ClusterHandle, PartialHandle
 from skyd.errors import NotFoundError
 
 INIT, UP, STOPPED = "INIT", "UP", "STOPPED"
@@ -59,18 +59,43 @@ def handle_of(row: dict[str, Any]) -> ClusterHandle | None:
 
 
 async def insert_init(
-    store: Any, name: str, *, request_id: str, resources: dict[str, Any], num_nodes: int
+    store: Any, name: str, *, request_id: str, resources: dict[str, Any], num_nodes: int,
+    partial: PartialHandle | None = None,
 ) -> None:
+    """The INIT row of a provisioning attempt. With `partial`, the row is the partial handle
+    (cloud, region, zone, tag), written in this one transaction before the first create."""
     now = time.time()
+    loc = (partial.cloud, partial.region, partial.zone, partial.tag) if partial else (None,) * 4
     async with store.tx() as db:
         await db.execute(
             "INSERT INTO clusters (name, status, num_nodes, resources, request_id, launched_at,"
-            " status_updated_at, last_use) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " status_updated_at, last_use, cloud, region, zone, tag)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(name) DO UPDATE SET status = excluded.status,"
-            " request_id = excluded.request_id, status_updated_at = excluded.status_updated_at",
-            (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now),
+            " request_id = excluded.request_id, status_updated_at = excluded.status_updated_at,"
+            " resources = excluded.resources, cloud = excluded.cloud,"
+            " region = excluded.region, zone = excluded.zone, tag = excluded.tag",
+            (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now, *loc),
         )
     _changed("clusters", {"name": name, "status": INIT})
+
+
+def partial_of(row: dict[str, Any]) -> PartialHandle | None:
+    """The partial handle of an INIT row whose provisioning never produced a handle (None
+    when it has a handle, or when it was not written by a provisioning attempt: no tag)."""
+    if row.get("handle") or not row.get("cloud") or not row.get("tag") or row.get("status") != INIT:
+        return None
+    return PartialHandle(str(row["name"]), str(row["cloud"]), row.get("region"), row.get("zone"),
+                         str(row["tag"]))
+
+
+async def half_made(store: Any) -> list[PartialHandle]:
+    """Every cluster row that is only a partial handle (a provisioning in flight, or one a
+    killed daemon left)."""
+    rows = await store.fetchall(
+        "SELECT * FROM clusters WHERE handle IS NULL AND cloud IS NOT NULL AND tag IS NOT NULL"
+        " AND status = ?", (INIT,))
+    return [p for p in (partial_of(dict(r)) for r in rows) if p is not None]
 
 
 async def _bill(db: Any, name: str, status: str, now: float) -> None:
@@ -103,7 +128,7 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
         await db.execute(
             "UPDATE clusters SET status = ?, cloud = ?, region = ?, zone = ?, instance_type = ?,"
             " accelerators = ?, num_nodes = ?, use_spot = ?, hourly_cost = ?, handle = ?,"
-            " status_updated_at = ?, status_reason = ? WHERE name = ?",
+            " status_updated_at = ?, status_reason = ?, tag = ? WHERE name = ?",
             (
                 status,
                 handle.cloud,
@@ -117,6 +142,7 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
                 handle.to_json(),
                 now,
                 reason,
+                handle.cluster_tag,
                 handle.cluster_name,
             ),
         )

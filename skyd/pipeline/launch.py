@@ -14,17 +14,14 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
-from skyd.clouds.base import ClusterHandle, ProvisionRequest, get_cloud
-from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
+from skyd.clouds.base import ClusterHandle, get_cloud
+from skyd.errors import ClusterStateError
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import jobwatch, planner
 from skyd.pipeline.backend import WORKDIR, AgentBackend
 from skyd.pipeline.locks import cluster_lock
+from skyd.pipeline.provision import provision_cluster
 from skyd.pipeline.taskload import aload_dag_from_payload, apply_overrides, load_task_from_payload
-
-RETRY_UNTIL_UP_GAP = 30.0
 
 
 def generate_cluster_name() -> str:
@@ -45,78 +42,9 @@ async def _kv_put(store: Any, key: str, value: dict[str, Any]) -> None:
         )
 
 
-def _precheck(task: Any, cloud_name: str) -> None:
-    cloud = get_cloud(cloud_name)
-    if "bucket_mounts" in cloud.unsupported:
-        for dst, fm in planner.bucket_mounts(task).items():
-            raise InvalidSpecError(
-                f"bucket mount {fm!r} is not supported on the {cloud_name!r} infra",
-                field=f"file_mounts.{dst}",
-                hint="use a local path, or launch on a cloud (e.g. --infra aws)",
-            )
-
-
 async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
-    """OPTIMIZE + PROVISION with failover over the ranked plan."""
-    store = ctx.store
-    blocked: list[planner.Block] = list(payload.get("blocked") or [])
-    gap = RETRY_UNTIL_UP_GAP
-    while True:
-        await ctx.stage("OPTIMIZE", "start")
-        try:
-            choices = await planner.plan_task(task, blocked=blocked, minimize=payload.get("minimize", "cost"))
-        except ResourcesUnavailableError:
-            await ctx.stage("OPTIMIZE", "failed")
-            if not payload.get("retry_until_up") or not blocked:
-                raise
-            ctx.log(f"No launchable resources left; retrying in {gap:.0f}s (--retry-until-up)")
-            await anyio.sleep(gap)
-            gap = min(gap * 2, 600)
-            blocked = []
-            continue
-        first = choices[0]
-        await ctx.stage("OPTIMIZE", "done", choice=first.describe())
-        for choice in choices:
-            _precheck(task, choice.offering.cloud)
-            await ctx.stage("PROVISION", "start", target=choice.describe())
-            await cdb.insert_init(
-                store,
-                name,
-                request_id=ctx.request_id,
-                resources=choice.public(),
-                num_nodes=task.num_nodes,
-            )
-            cloud = get_cloud(choice.offering.cloud)
-            backend = AgentBackend(cloud.provisioner())
-            req = ProvisionRequest(
-                cluster_name=name,
-                num_nodes=task.num_nodes,
-                offering=choice.offering,
-                use_spot=choice.use_spot,
-                token=secrets.token_urlsafe(24),
-            )
-            try:
-                handle = await backend.provision(req, ctx.log)
-            except ResourcesUnavailableError as e:
-                ctx.log(f"Provisioning failed on {choice.describe()}: {e}")
-                await ctx.stage("PROVISION", "failed", error=str(e))
-                blocked.append(planner.block_for(choice, e))
-                await backend.prov.forget(name)  # nothing half-made is left behind
-                await cdb.remove_cluster(store, name)
-                if e.no_failover:
-                    raise
-                continue
-            except BaseException:
-                # Cancelled, or an infra failure: remove what was half made, then report.
-                with anyio.CancelScope(shield=True):
-                    await backend.prov.forget(name)
-                    await cdb.remove_cluster(store, name)
-                raise
-            await cdb.save_handle(store, handle, cdb.UP)
-            await ctx.stage("PROVISION", "done", infra=choice.describe())
-            return handle
-        # Every ranked choice failed: re-solve with the blocks.
-        ctx.log(f"All {len(choices)} candidates failed; re-planning with them blocked")
+    """OPTIMIZE + PROVISION with failover: skyd.pipeline.provision (the lifecycle)."""
+    return await provision_cluster(ctx, task, name, payload)
 
 
 def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
@@ -172,7 +100,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         for t in dag.tasks:
             for w in t.validate():
                 ctx.log(f"warning: {w}")
-        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"))
+        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"), store=ctx.store)
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")

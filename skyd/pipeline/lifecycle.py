@@ -28,15 +28,24 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
     store = ctx.store
     row = await cdb.require_cluster(store, name)
     handle = cdb.handle_of(row)
+    partial = cdb.partial_of(row)
     if handle is not None:
         await get_cloud(handle.cloud).provisioner().terminate(handle, ctx.log)
+    elif partial is not None:
+        # Never got a handle (a launch died mid-provision): only the cloud it was
+        # provisioning on is asked to remove what carries its tag there.
+        from skyd.pipeline.provision import forget
+
+        ctx.log(f"Removing what the provisioning of {name} left on {partial.describe()}")
+        await forget(store, partial, ctx.log)
     else:
-        # Never got a handle (a launch died mid-provision): every infra cleans what it may
-        # have started for this name (sandboxes, reserved hosts).
-        from skyd.clouds.base import registered_clouds
+        # A row without a location (written before partial handles existed): every infra
+        # cleans what it may have started for this name.
+        from skyd.clouds.base import PartialHandle, registered_clouds
 
         for cloud_name in registered_clouds():
-            await get_cloud(cloud_name).provisioner().forget(name)
+            await get_cloud(cloud_name).provisioner().forget(
+                PartialHandle(name, cloud_name, None, None, name))
     await cdb.remove_cluster(store, name)
     ctx.log(f"Cluster {name} terminated.")
     return {"cluster": name, "status": "TERMINATED"}

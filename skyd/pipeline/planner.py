@@ -107,17 +107,21 @@ def _pins(tasks: list[Any]) -> set[str]:
     return {r.cloud for t in tasks for r in t.resources if r.cloud}
 
 
-def _enabled_catalog_clouds(catalog: Any, *, launchable_only: bool) -> set[str]:
+def _enabled_catalog_clouds(
+    catalog: Any, *, launchable_only: bool, ok_clouds: set[str] | None = None
+) -> set[str]:
     """Catalog clouds a plan may use: SKYD_CATALOG_DIR clouds (or credentialed ones), and
-    for a real launch only those this build can provision."""
+    for a real launch only those this build can provision (and whose check passed)."""
     enabled = set(catalog.enabled)
     if launchable_only:
-        enabled &= set(registered_clouds())
+        enabled &= set(registered_clouds()) if ok_clouds is None else ok_clouds
     return enabled
 
 
-def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
-    import skyd.clouds.local  # noqa: F401 - registers `local`
+def _catalog_for(
+    tasks: list[Any], *, launchable_only: bool, ok_clouds: set[str] | None = None
+) -> Any:
+    """`ok_clouds`: the providers whose (cached) check passed; see skyd.pipeline.cloudcheck."""
     from skyd.clouds.catalog import load_catalog
 
     catalog = load_catalog()
@@ -126,14 +130,15 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
     for r in (r for t in tasks for r in t.resources):
         if r.cloud in registered:
             get_cloud(r.cloud).validate_location(r.region, r.zone)
-    enabled = _enabled_catalog_clouds(catalog, launchable_only=launchable_only)
+    enabled = _enabled_catalog_clouds(catalog, launchable_only=launchable_only, ok_clouds=ok_clouds)
     extra: list[Offering] = []
     for name in registered_clouds():
         if name in catalog.clouds or name == "local":
             continue
+        if ok_clouds is not None and name not in ok_clouds:
+            continue
         cloud = get_cloud(name)
-        ok, _ = cloud.check()
-        offs = cloud.dynamic_offerings() if ok else None
+        offs = cloud.dynamic_offerings()
         if offs:
             extra.extend(offs)
     if "local" in pins or (not enabled and not extra):
@@ -156,6 +161,17 @@ def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
     return blocks, why
 
 
+def _check_now(cloud: Any) -> bool:
+    """``cloud.check()`` from synchronous code (a worker thread of the loop, or none)."""
+    import anyio
+    import anyio.from_thread
+
+    try:
+        return bool(anyio.from_thread.run(cloud.check)[0])
+    except RuntimeError:  # not in a worker thread: no loop to borrow
+        return bool(anyio.run(cloud.check)[0])
+
+
 def check_capacity(task: Any) -> None:
     """Cheap submit-time form of the plan-time check: when no infra this task may use
     (its pinned infra, else every enabled one) can ever hold num_nodes, InvalidSpecError.
@@ -170,7 +186,7 @@ def check_capacity(task: Any) -> None:
             caps.append(get_cloud(r.cloud).max_nodes())
             continue
         if enabled is None:
-            enabled = [get_cloud(c) for c in registered_clouds() if get_cloud(c).check()[0]]
+            enabled = [get_cloud(c) for c in registered_clouds() if _check_now(get_cloud(c))]
         caps.extend(c.max_nodes() for c in enabled)
     if not caps or any(c is None or n <= c for c in caps):
         return
@@ -182,11 +198,11 @@ def check_capacity(task: Any) -> None:
 
 def _solve_dag(
     tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
-    launchable_only: bool,
+    launchable_only: bool, ok_clouds: set[str] | None = None,
 ) -> list[Any]:
     from skyd.solver import optimize
 
-    catalog = _catalog_for(tasks, launchable_only=launchable_only)
+    catalog = _catalog_for(tasks, launchable_only=launchable_only, ok_clouds=ok_clouds)
     dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
     cap_blocks, why = _capacity_blocks(tasks)
     try:
@@ -201,8 +217,18 @@ def _solve_dag(
         ) from None
 
 
-def _solve(task: Any, blocked: list[Block], minimize: str, launchable_only: bool) -> list[Any]:
-    return _solve_dag([task], [], blocked, minimize, launchable_only)
+def _solve(
+    task: Any, blocked: list[Block], minimize: str, launchable_only: bool,
+    ok_clouds: set[str] | None = None,
+) -> list[Any]:
+    return _solve_dag([task], [], blocked, minimize, launchable_only, ok_clouds)
+
+
+async def _ok_clouds(store: Any | None) -> set[str]:
+    """Providers whose check passed (cached in SQLite when there is a store)."""
+    from skyd.pipeline import cloudcheck
+
+    return cloudcheck.enabled(await cloudcheck.checks(store))
 
 
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
@@ -228,11 +254,15 @@ def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     return out
 
 
-async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost") -> list[Choice]:
-    """Ranked launchable choices for one task, best first (zones expanded for failover)."""
+async def plan_task(
+    task: Any, *, blocked: list[Block], minimize: str = "cost", store: Any | None = None
+) -> list[Choice]:
+    """Ranked launchable choices for one task, best first (zones expanded for failover).
+    `store`: where the cloud checks are cached (probed now when missing or stale)."""
     import anyio
 
-    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True)
+    ok = await _ok_clouds(store)
+    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
     choices: list[Choice] = []
     seen: set[tuple[Any, ...]] = set()
     for plan in plans:
@@ -249,15 +279,16 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost") 
     return choices
 
 
-async def dryrun(dag: Any, *, minimize: str = "cost") -> dict[str, Any]:
+async def dryrun(dag: Any, *, minimize: str = "cost", store: Any | None = None) -> dict[str, Any]:
     """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included),
     over every enabled catalog, launchable here or not."""
     import anyio
 
     from skyd.solver import format_plan_table, plan_to_json
 
+    ok = await _ok_clouds(store)
     plans = await anyio.to_thread.run_sync(
-        _solve_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, False)
+        _solve_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, False, ok)
     out = plan_to_json(plans[0])
     out["table"] = format_plan_table(plans[0])
     out["dryrun"] = True
@@ -265,10 +296,12 @@ async def dryrun(dag: Any, *, minimize: str = "cost") -> dict[str, Any]:
 
 
 def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
-    """What a provisioning failure blocks: the zone when there is one, else the region."""
+    """What a provisioning failure blocks: its declared scope (skyd.errors.FailoverScope);
+    undeclared, the zone when there is one, else the region. ("stop" blocks the cloud: the
+    launch ends anyway.)"""
     o = choice.offering
-    scope = getattr(err, "scope", None) or ("zone" if o.zone else "region")
-    if scope == "cloud":
+    scope = err.scope or ("zone" if o.zone else "region")
+    if scope in ("cloud", "stop"):
         return Block(cloud=o.cloud)
     if scope == "region" or not o.zone:
         return Block(cloud=o.cloud, region=o.region)

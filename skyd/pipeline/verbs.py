@@ -14,12 +14,10 @@ from typing import Any
 
 import anyio
 
-import skyd.clouds.local  # noqa: F401 - registers `local`: a restarted daemon resumes launches
-import skyd.clouds.ssh  # noqa: F401 - and refreshes clusters before any planning imported them
-from skyd.clouds.base import get_cloud
-from skyd.daemon.registry import on_startup, register_read, register_verb
+from skyd.clouds.base import close_clouds, get_cloud
+from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
-from skyd.pipeline import checks, launch, lifecycle
+from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline.agents import agent
 
@@ -98,6 +96,7 @@ async def _logs(ctx: Any, request: Any) -> Any:
 async def _refresh(ctx: Any, request: Any) -> Any:
     body = ctx.body or {}
     names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
+    await leaks.leak_pass(ctx.store, names)  # half-made attempts nobody is finishing
     out = []
     for name in names:
         row = await lifecycle.refresh_cluster(ctx.store, name, repair=True)
@@ -128,16 +127,21 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
 
 
 async def _check(ctx: Any, request: Any) -> Any:
-    """Every infra this daemon knows: can it launch, can it only be planned, and why."""
+    """Every infra this daemon knows: can it launch, can it only be planned, and why.
+    Providers are probed now (credential checks may use the network) and the answers
+    cached in SQLite for launches (`?cached=1` answers from the cache when fresh)."""
     from skyd.clouds.base import registered_clouds
     from skyd.clouds.catalog import IMPLEMENTED, load_catalog
 
     catalog = await anyio.to_thread.run_sync(load_catalog)
     out = []
     registered = set(registered_clouds())
+    refresh = request.query.get("cached") not in ("1", "true")
+    results = await cloudcheck.checks(ctx.store, registered, refresh=refresh)
     for name in sorted(registered):
-        ok, reason = get_cloud(name).check()
-        out.append({"infra": name, "launch": ok, "plan": ok, "reason": reason})
+        r = results[name]
+        out.append({"infra": name, "launch": r.ok, "plan": r.ok, "reason": r.reason,
+                    "checked_at": r.checked_at})
     for name in catalog.clouds:
         if name in registered:
             continue
@@ -169,9 +173,23 @@ def _busy() -> set[str]:
     return {n for n, lock in _LOCKS.items() if lock.locked()}
 
 
+async def _leak_pass(daemon: Any) -> None:
+    cleaned = await leaks.leak_pass(daemon.store)
+    if cleaned:
+        import logging
+
+        logging.getLogger("skyd.leaks").warning(
+            "removed what interrupted provisionings left for: %s", ", ".join(cleaned))
+
+
 async def _startup(daemon: Any) -> None:
     cdb.set_publisher(daemon.bus.publish)
+    daemon.spawn("leak-pass", _leak_pass, daemon)
     daemon.spawn("cluster-refresher", _refresher, daemon)
+
+
+async def _shutdown(daemon: Any) -> None:
+    await close_clouds()  # every loaded provider's clients (HTTP sessions, SSH)
 
 
 def _register() -> None:
@@ -195,6 +213,7 @@ def _register() -> None:
     register_read("GET", "/v1/cost-report", _cost_report, summary="Cost of clusters")
     register_read("GET", "/v1/check", _check, summary="Which infras can launch or be planned")
     on_startup(_startup)
+    on_shutdown(_shutdown)
 
 
 _register()

@@ -139,17 +139,15 @@ class PreemptibleProvisioner(Provisioner):
         refused = list(self.refused) + [tuple(x) for x in knobs.get("refused", [])]
         for region, zone in refused:
             if (region is None or region == off.region) and (zone is None or zone == off.zone):
-                err = ResourcesUnavailableError(
+                raise ResourcesUnavailableError(
                     f"{NAME}/{off.region}/{off.zone}: insufficient capacity for {off.instance_type}"
-                    f" ({'spot' if req.use_spot else 'on-demand'})"
+                    f" ({'spot' if req.use_spot else 'on-demand'})",
+                    scope="zone" if zone else "region",
                 )
-                err.scope = "zone" if zone else "region"  # type: ignore[attr-defined]
-                raise err
         if self.failures_left > 0:
             self.failures_left -= 1
-            err = ResourcesUnavailableError(f"{NAME}/{off.region}/{off.zone}: provisioning failed (injected)")
-            err.scope = "zone"  # type: ignore[attr-defined]
-            raise err
+            raise ResourcesUnavailableError(
+                f"{NAME}/{off.region}/{off.zone}: provisioning failed (injected)", scope="zone")
         if self.is_preempted(req.cluster_name):  # remains of a preempted cluster go first
             d = self._cluster_dir(req.cluster_name)
             if d is not None:
@@ -201,7 +199,7 @@ class FakePreemptibleCloud(Cloud):
     def __init__(self, provisioner: PreemptibleProvisioner | None = None) -> None:
         self._prov = provisioner or PreemptibleProvisioner()
 
-    def check(self) -> tuple[bool, str]:
+    async def check(self) -> tuple[bool, str]:
         return True, "fake preemptible provider (tests)"
 
     def dynamic_offerings(self) -> list[Offering]:

@@ -36,6 +36,7 @@ NEGATIVE_TTL_S = 30.0
 class SSHCloud(Cloud):
     name = "ssh"
     unsupported = frozenset({"spot", "image_id", "bucket_mounts"})
+    check_ttl_s = 0.0  # the check only reads the pools file: asked again on every plan
 
     def __init__(self, pools_path: Path | None = None) -> None:
         self.pools_path = pools_path
@@ -53,7 +54,11 @@ class SSHCloud(Cloud):
         """The pool ``name``; NotFoundError with a did-you-mean hint for a typo."""
         return get_pool(name, self.pools())
 
-    def check(self) -> tuple[bool, str]:
+    async def check(self) -> tuple[bool, str]:
+        return await anyio.to_thread.run_sync(self.check_config)  # reads the pools file
+
+    def check_config(self) -> tuple[bool, str]:
+        """The check without network: are there pools (the planner's cheap gate)."""
         try:
             pools = self.pools()
         except SkydError as e:

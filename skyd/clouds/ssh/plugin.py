@@ -3,7 +3,8 @@
 Importing it registers the ``ssh`` cloud (so the planner offers pool hosts) and two hooks:
 - at start, in the background: probe pool hosts that have no cached facts yet (so the solver
   sees their GPUs) and build the agent zipapp once, so the first launch does not pay for it;
-- at stop: close the SSH connections (forwards included) the provisioner holds.
+- at stop the daemon closes every loaded cloud (skyd.clouds.base.close_clouds), which
+  closes the SSH connections (forwards included) the provisioner holds.
 Agents keep running on the hosts; a restarted daemon reconnects on demand.
 """
 
@@ -12,19 +13,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import anyio
-
-import skyd.clouds.ssh  # noqa: F401 - registers the `ssh` cloud
 from skyd.clouds.base import get_cloud
 from skyd.clouds.ssh.cloud import SSHCloud
-from skyd.daemon.registry import on_shutdown, on_startup
+from skyd.daemon.registry import on_startup
 
 log = logging.getLogger("skyd.ssh")
 
 
 async def warm_up(cloud: SSHCloud) -> None:
     """Probe unprobed hosts and prebuild the agent zipapp (both best effort)."""
-    ok, _ = await anyio.to_thread.run_sync(cloud.check)  # reads the pools file
+    ok, _ = await cloud.check()
     if not ok:
         return
     try:
@@ -45,11 +43,4 @@ async def _startup(daemon: Any) -> None:
     daemon.spawn("ssh-warm-up", warm_up, cloud)
 
 
-async def _shutdown(daemon: Any) -> None:
-    cloud = get_cloud("ssh")
-    if isinstance(cloud, SSHCloud):
-        await cloud.close()
-
-
 on_startup(_startup)
-on_shutdown(_shutdown)

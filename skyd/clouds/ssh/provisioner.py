@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from skyd.clouds.base import (
     ClusterHandle,
     LogFn,
     NodeHandle,
+    PartialHandle,
     Provisioner,
     ProvisionRequest,
 )
@@ -282,12 +284,12 @@ class SSHProvisioner(Provisioner):
         stats = await sync_to_remote(t, Path(src), self.remote_path(handle, rank, dst), excludes)
         return stats.files, stats.bytes
 
-    async def forget(self, cluster_name: str) -> None:
+    async def forget(self, partial: PartialHandle) -> None:
         """A launch that died before it had a handle: give its reserved hosts back."""
         from skyd.clouds.ssh.state import release, state_dir
 
         if (state_dir() / "allocations.db").exists():
-            await release(cluster_name)
+            await release(partial.cluster_name)
 
     async def close(self) -> None:
         for t in list(self._transports.values()):
@@ -296,6 +298,10 @@ class SSHProvisioner(Provisioner):
 
     async def in_use(self) -> dict[str, str]:
         return await allocations()
+
+    async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
+        """Pool hosts are existing machines: skyd manages no firewall there, so their ports
+        are as reachable as the host's own network makes them."""
 
 
 def _candidates(pool: Pool, off: Offering, facts: dict[str, dict[str, Any]]) -> list[PoolHost]:

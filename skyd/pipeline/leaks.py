@@ -1,0 +1,50 @@
+"""The leak pass: provisioning attempts a killed daemon left half made.
+
+A cluster row that is only a partial handle (cloud, region, zone, tag; no handle) and
+whose cluster lock nobody holds is an attempt nobody is finishing: its provider is asked
+to remove whatever carries the tag at that location (`Provisioner.forget`), then the row
+goes. Runs at daemon start, in `status -r`, and in `down` of a half-made cluster. A launch
+resumed after the restart removes its own leftovers first and provisions afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline.locks import _LOCKS, cluster_lock
+from skyd.pipeline.provision import forget
+
+log = logging.getLogger("skyd.leaks")
+
+
+def _busy(name: str) -> bool:
+    lock = _LOCKS.get(name)
+    return lock is not None and lock.locked()
+
+
+async def leak_pass(store: Any, names: Iterable[str] | None = None) -> list[str]:
+    """Remove every idle half-made attempt (of `names`, default all); returns the clusters
+    cleaned. One failure is logged and left for the next pass."""
+    only = set(names) if names is not None else None
+    cleaned: list[str] = []
+    for partial in await cdb.half_made(store):
+        name = partial.cluster_name
+        if (only is not None and name not in only) or _busy(name):
+            continue
+        async with cluster_lock(name):
+            row = await cdb.get_cluster(store, name)
+            current = cdb.partial_of(row) if row else None
+            if current is None:
+                continue
+            try:
+                await forget(store, current, log.info)
+            except Exception as e:  # noqa: BLE001 - the next pass (or `down`) retries
+                log.warning("leak pass: %s on %s: %s", name, current.describe(), e)
+                continue
+            log.info("leak pass: removed what an interrupted provisioning of %s left on %s",
+                     name, current.describe())
+            cleaned.append(name)
+    return cleaned

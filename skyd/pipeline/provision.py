@@ -1,0 +1,315 @@
+"""OPTIMIZE + PROVISION: the provisioning lifecycle and failover over the ranked plan.
+
+One attempt (docs/providers.md, "Lifecycle"):
+1. the request is built from the task's resources (ports, disk, image, labels) and the
+   candidate's infra is checked for the features it cannot serve (`Cloud.unsupported`);
+2. the partial handle (cloud, region, zone, tag) is written to SQLite, in one transaction,
+   before the provider's first create call;
+3. `provision` runs under the cloud's deadline (`Cloud.attempt_timeout()`);
+4. a failure is recorded on the request (stage PROVISION failed, with its scope), what the
+   attempt made is removed (`Provisioner.forget`), and its scope is blocked: the zone, the
+   region, the whole cloud (also for credential errors and hung attempts past the
+   deadline on a cloud-wide outage), or "stop", which ends the launch at once.
+After each failure the task is planned again with the blocks (SkyPilot's failover: the
+next best candidate, which may be another region of the same cloud); the error after the
+last plan lists every attempt and why it failed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import (
+    FEATURE_FIELDS,
+    ClusterHandle,
+    PartialHandle,
+    ProvisionRequest,
+    get_cloud,
+    registered_clouds,
+    requested_features,
+)
+from skyd.errors import (
+    CredentialsError,
+    FailoverScope,
+    InvalidSpecError,
+    ResourcesUnavailableError,
+    SkydError,
+)
+from skyd.pipeline import cloudcheck, planner
+from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline.backend import AgentBackend
+
+RETRY_UNTIL_UP_GAP = 30.0
+FORGET_TIMEOUT_S = 120.0  # bound on cleaning one attempt up (a hung API must not stall)
+DEFAULT_DISK_SIZE_GB = 256  # skyd.models.resources.DEFAULT_DISK_SIZE_GB: "not asked for"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One failed provisioning attempt, as the final error and the request log show it."""
+
+    target: str
+    scope: FailoverScope
+    message: str
+
+    def line(self) -> str:
+        return f"{self.target}: [{self.scope}] {self.message}"
+
+
+# -- the request ---------------------------------------------------------------------------
+
+
+def _resources_for(task: Any, choice: planner.Choice) -> Any:
+    """The task's resources entry a choice came from (same cloud, or unpinned)."""
+    res = list(task.resources or [])
+    for r in res:
+        if r.cloud == choice.offering.cloud:
+            return r
+    for r in res:
+        if not r.cloud:
+            return r
+    return res[0] if res else None
+
+
+def _image_for(image: Any, region: str | None) -> str | None:
+    if not image:
+        return None
+    if isinstance(image, str):
+        return image
+    if region in image:
+        return str(image[region])
+    vals = list(image.values())
+    return str(vals[0]) if len(vals) == 1 else None
+
+
+def build_request(task: Any, name: str, tag: str, choice: planner.Choice) -> ProvisionRequest:
+    r = _resources_for(task, choice)
+    disk = getattr(r, "disk_size", None) if r is not None else None
+    return ProvisionRequest(
+        cluster_name=name,
+        num_nodes=task.num_nodes,
+        offering=choice.offering,
+        use_spot=choice.use_spot,
+        disk_size=int(disk) if disk and int(disk) != DEFAULT_DISK_SIZE_GB else None,
+        ports=tuple(str(p) for p in (getattr(r, "ports", None) or ())),
+        image_id=_image_for(getattr(r, "image_id", None), choice.offering.region),
+        labels=tuple(sorted((getattr(r, "labels", None) or {}).items())),
+        token=secrets.token_urlsafe(24),
+        tag=tag,
+    )
+
+
+def _task_features(task: Any) -> set[str]:
+    return {"bucket_mounts"} if planner.bucket_mounts(task) else set()
+
+
+def _unsupported(cloud_name: str, features: set[str]) -> set[str]:
+    return set(get_cloud(cloud_name).unsupported) & features
+
+
+def _supporters(feature: str) -> list[str]:
+    out = []
+    for name in registered_clouds():
+        try:
+            if feature not in get_cloud(name).unsupported:
+                out.append(name)
+        except SkydError:
+            continue
+    return out
+
+
+def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecError:
+    where = ", ".join(repr(c) for c in sorted(set(clouds)))
+    others = [c for c in _supporters(feature) if c not in clouds]
+    hint = (f"infras that support it: {', '.join(others)}" if others
+            else "no infra in this build supports it; remove it from the task")
+    if feature == "bucket_mounts":
+        dst, src = next(iter(planner.bucket_mounts(task).items()))
+        return InvalidSpecError(f"bucket mount {src!r} is not supported on the {where} infra",
+                                field=f"file_mounts.{dst}", hint=f"use a local path; {hint}")
+    return InvalidSpecError(f"{feature} is not supported on the {where} infra",
+                            field=FEATURE_FIELDS.get(feature, feature), hint=hint)
+
+
+def supported_choices(
+    ctx: Any, task: Any, name: str, choices: list[planner.Choice]
+) -> list[planner.Choice]:
+    """The choices whose infra serves every feature the task uses; a clear InvalidSpecError
+    (the field, and the infras that do support it) when none is left."""
+    keep: list[planner.Choice] = []
+    missing: dict[str, list[str]] = {}
+    for c in choices:
+        used = requested_features(build_request(task, name, "", c)) | _task_features(task)
+        lacks = _unsupported(c.offering.cloud, used)
+        if not lacks:
+            keep.append(c)
+            continue
+        for f in lacks:
+            missing.setdefault(f, []).append(c.offering.cloud)
+    if not keep:
+        feature = sorted(missing)[0]
+        raise _feature_error(task, feature, missing[feature])
+    for f, clouds in sorted(missing.items()):
+        ctx.log(f"Skipping {', '.join(sorted(set(clouds)))}: {f} ({FEATURE_FIELDS.get(f, f)}) is not supported there")
+    return keep
+
+
+# -- one attempt ---------------------------------------------------------------------------
+
+
+async def forget(store: Any, partial: PartialHandle, log: Any) -> None:
+    """Remove what an attempt at `partial` made, then its row; bounded in time. Raises
+    (leaving the row, so `down`/the leak pass retry) when the provider cannot clean up."""
+    prov = get_cloud(partial.cloud).provisioner()
+    with anyio.CancelScope(shield=True):
+        with anyio.fail_after(FORGET_TIMEOUT_S):
+            await prov.forget(partial)
+        await cdb.remove_cluster(store, partial.cluster_name)
+
+
+def _blocked(choice: planner.Choice, blocked: list[planner.Block]) -> bool:
+    o = choice.offering
+    for b in blocked:
+        if b.cloud != o.cloud:
+            continue
+        if b.region is None or (b.region == o.region and (b.zone is None or b.zone == o.zone)):
+            return True
+    return False
+
+
+async def _attempt(
+    ctx: Any, task: Any, name: str, tag: str, choice: planner.Choice
+) -> ClusterHandle | tuple[Attempt, ResourcesUnavailableError]:
+    store = ctx.store
+    cloud = get_cloud(choice.offering.cloud)
+    req = build_request(task, name, tag, choice)
+    partial = req.partial()
+    await ctx.stage("PROVISION", "start", target=choice.describe())
+    await cdb.insert_init(store, name, request_id=ctx.request_id, resources=choice.public(),
+                          num_nodes=task.num_nodes, partial=partial)
+    backend = AgentBackend(cloud.provisioner())
+    timeout = cloud.attempt_timeout()
+    err: ResourcesUnavailableError
+    handle: ClusterHandle | None = None
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            handle = await backend.provision(req, ctx.log)
+        if handle is None or deadline.cancelled_caught:
+            err = ResourcesUnavailableError(
+                f"provisioning did not finish within {timeout:g}s (the provider's API hung)",
+                scope="zone" if choice.offering.zone else "region",
+            )
+            handle = None
+    except ResourcesUnavailableError as e:
+        err = e
+    except CredentialsError as e:
+        err = ResourcesUnavailableError(f"credentials refused: {e}", scope="cloud",
+                                        provider_message=e.hint, hint=e.hint)
+        await cloudcheck.record_failure(store, choice.offering.cloud, str(e))
+    except BaseException:
+        # Cancelled, or an infra failure: remove what was half made, then report.
+        with anyio.CancelScope(shield=True):
+            await forget(store, partial, ctx.log)
+        raise
+    if handle is not None:
+        if not handle.tag:
+            handle.tag = tag
+        await cdb.save_handle(store, handle, cdb.UP)
+        await ctx.stage("PROVISION", "done", infra=choice.describe())
+        return handle
+    scope: FailoverScope = err.scope or ("zone" if choice.offering.zone else "region")
+    detail = err.message + (f" (provider: {err.provider_message})"
+                            if err.provider_message and err.provider_message not in err.message else "")
+    attempt = Attempt(choice.describe(), scope, detail)
+    ctx.log(f"Provisioning failed on {attempt.target} (blocking the {scope}): {detail}")
+    await ctx.stage("PROVISION", "failed", target=attempt.target, scope=scope, error=detail)
+    try:
+        await forget(store, partial, ctx.log)  # nothing half-made is left behind
+    except Exception as e:
+        raise SkydError(
+            f"could not remove what the failed attempt on {attempt.target} made: {e}",
+            hint=f"`skyd down {name}` tries again",
+        ) from e
+    return attempt, err
+
+
+# -- the loop ------------------------------------------------------------------------------
+
+
+def exhausted(err: ResourcesUnavailableError, tried: list[Attempt]) -> ResourcesUnavailableError:
+    """The error after the last plan: what was tried and why each failed."""
+    if not tried:
+        return err
+    lines = "\n".join(f"  - {a.line()}" for a in tried)
+    out = ResourcesUnavailableError(
+        f"{err.message}; tried {len(tried)} candidate(s):\n{lines}",
+        scope=err.scope, provider_message=err.provider_message, field=err.field,
+        hint=err.hint or "relax the resources, or use --retry-until-up",
+    )
+    return out
+
+
+async def _tag_for(store: Any, name: str) -> str:
+    row = await cdb.get_cluster(store, name)
+    if row and row.get("tag"):
+        return str(row["tag"])
+    return f"{name}-{secrets.token_hex(3)}"
+
+
+async def clean_stale_partial(ctx: Any, name: str) -> None:
+    """A previous daemon died mid-provision of this cluster: remove what it left first."""
+    row = await cdb.get_cluster(ctx.store, name)
+    partial = cdb.partial_of(row) if row else None
+    if partial is not None:
+        ctx.log(f"Removing what an interrupted provisioning left on {partial.describe()}")
+        await forget(ctx.store, partial, ctx.log)
+
+
+async def provision_cluster(
+    ctx: Any, task: Any, name: str, payload: dict[str, Any]
+) -> ClusterHandle:
+    """OPTIMIZE + PROVISION with failover over the ranked plan (the caller holds the
+    cluster lock)."""
+    store = ctx.store
+    blocked: list[planner.Block] = list(payload.get("blocked") or [])
+    tried: list[Attempt] = []
+    gap = RETRY_UNTIL_UP_GAP
+    await clean_stale_partial(ctx, name)
+    tag = await _tag_for(store, name)
+    while True:
+        await ctx.stage("OPTIMIZE", "start")
+        try:
+            choices = await planner.plan_task(task, blocked=blocked,
+                                              minimize=payload.get("minimize", "cost"), store=store)
+        except ResourcesUnavailableError as e:
+            await ctx.stage("OPTIMIZE", "failed")
+            if not payload.get("retry_until_up") or not blocked:
+                raise exhausted(e, tried) from None
+            ctx.log(f"No launchable resources left; retrying in {gap:.0f}s (--retry-until-up)")
+            await anyio.sleep(gap)
+            gap = min(gap * 2, 600)
+            blocked = list(payload.get("blocked") or [])
+            continue
+        choices = supported_choices(ctx, task, name, choices)
+        await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe())
+        for choice in choices:
+            if _blocked(choice, blocked):
+                continue
+            out = await _attempt(ctx, task, name, tag, choice)
+            if isinstance(out, ClusterHandle):
+                return out
+            attempt, err = out
+            tried.append(attempt)
+            if attempt.scope == "stop":
+                raise exhausted(err, tried) if len(tried) > 1 else err
+            blocked.append(planner.block_for(choice, err))
+            # Re-plan with the new block: the next best may be another region of this
+            # cloud, which the plan's alternatives (one per cloud and type) do not list.
+            break
+        else:  # the plan offered only blocked candidates: nothing is left to try
+            raise exhausted(ResourcesUnavailableError(
+                "no launchable resources: every candidate is blocked", field="resources"), tried)
