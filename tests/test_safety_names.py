@@ -74,7 +74,7 @@ def test_safe_rmtree_stays_inside_root(tmp_path: Path) -> None:
 def test_ssh_terminate_script_refuses_outside_nodes_dir(tmp_path: Path) -> None:
     """The remote TERMINATE script (run here with python3, as on a pool host) deletes a node
     dir only inside <base>/nodes."""
-    from skyd.clouds.ssh import remote
+    from skyd.transports import agent_scripts as remote
 
     base = tmp_path / ".skyd"
     (base / "nodes" / "c-0").mkdir(parents=True)
