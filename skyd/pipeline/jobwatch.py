@@ -50,29 +50,48 @@ async def follow_job(
     final: dict[str, Any] = {}
 
     logs_done = anyio.Event()
+    # Stage lines and output in the order they happened: the log stream tags each chunk
+    # "setup" or "run", so its first run chunk closes SETUP before it is shown; the status
+    # poll does the same for jobs whose log says nothing (or an agent that does not tag).
+    st = {"setup": "idle", "exec": False, "tagged": False}
+    lock = anyio.Lock()
+    exec_seen = anyio.Event()
+
+    async def setup_started() -> None:
+        async with lock:
+            if with_setup and st["setup"] == "idle":
+                await ctx.stage("SETUP", "start")
+                st["setup"] = "running"
+
+    async def exec_started(failed_setup: bool = False) -> None:
+        async with lock:
+            if with_setup and st["setup"] != "done":
+                if st["setup"] == "idle":
+                    await ctx.stage("SETUP", "start")
+                await ctx.stage("SETUP", "failed" if failed_setup else "done")
+                st["setup"] = "done"
+            if not st["exec"] and not failed_setup:
+                await ctx.stage("EXEC", "start", job_id=job_id)
+                st["exec"] = True
+                exec_seen.set()
 
     async def watch_status() -> None:
-        setup_state = "idle"
-        exec_started = False
         async with agent(prov, handle, 0) as c:
             while True:
                 row = _find(await c.job_queue(), job_id)
                 status = row["status"] if row else "PENDING"
-                if with_setup and status == "SETTING_UP" and setup_state == "idle":
-                    await ctx.stage("SETUP", "start")
-                    setup_state = "running"
+                if status == "SETTING_UP":
+                    await setup_started()
                 if status not in WAITING and status != "SETTING_UP":
-                    if with_setup and setup_state != "done":
-                        if setup_state == "idle":
-                            await ctx.stage("SETUP", "start")
-                        await ctx.stage("SETUP", "failed" if status == "FAILED_SETUP" else "done")
-                        setup_state = "done"
-                    if not exec_started and status != "FAILED_SETUP":
-                        await ctx.stage("EXEC", "start", job_id=job_id)
-                        exec_started = True
+                    if st["tagged"] and not st["exec"] and status != "FAILED_SETUP":
+                        # The stream knows where setup's output ends: let it close SETUP
+                        # (a run that prints nothing: the poll does, a moment later).
+                        with anyio.move_on_after(0.5):
+                            await exec_seen.wait()
+                    await exec_started(failed_setup=status == "FAILED_SETUP")
                 if row and status in cdb.TERMINAL_JOB:
                     final.update(row)
-                    if exec_started:
+                    if st["exec"]:
                         await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
                     return
                 # Quick while the job starts (stage lines), then 1 s while it runs; the end of
@@ -82,13 +101,18 @@ async def follow_job(
                     # right after sees it; if not (stream broke), keep polling quickly.
                     await anyio.sleep(POLL_S)
                     continue
-                with anyio.move_on_after(POLL_S if not exec_started else RUNNING_POLL_S):
+                with anyio.move_on_after(POLL_S if not st["exec"] else RUNNING_POLL_S):
                     await logs_done.wait()
 
     async def stream_logs() -> None:
         try:
             async with agent(prov, handle, 0) as c:
-                async for chunk in c.tail_logs(job_id, follow=True):
+                async for phase, chunk in c.tail_log_chunks(job_id, follow=True):
+                    st["tagged"] = st["tagged"] or bool(phase)
+                    if phase == "setup" and chunk:
+                        await setup_started()
+                    elif phase == "run":
+                        await exec_started()
                     ctx.emit({"type": "job_log", "text": chunk.decode("utf-8", "replace")})
         finally:
             logs_done.set()

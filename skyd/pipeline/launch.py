@@ -64,7 +64,8 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
     while True:
         await ctx.stage("OPTIMIZE", "start")
         try:
-            choices = await planner.plan_task(task, blocked=blocked, minimize=payload.get("minimize", "cost"))
+            choices = await planner.plan_task(task, blocked=blocked, minimize=payload.get("minimize", "cost"),
+                                               catalog_dir=payload.get("catalog_dir"))
         except ResourcesUnavailableError:
             await ctx.stage("OPTIMIZE", "failed")
             if not payload.get("retry_until_up") or not blocked:
@@ -75,7 +76,7 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
             blocked = []
             continue
         first = choices[0]
-        await ctx.stage("OPTIMIZE", "done", choice=first.describe())
+        await ctx.stage("OPTIMIZE", "done", choice=first.describe(), plan=choices.table)
         for choice in choices:
             _precheck(task, choice.offering.cloud)
             await ctx.stage("PROVISION", "start", target=choice.describe())
@@ -171,7 +172,8 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         for t in dag.tasks:
             for w in t.validate():
                 ctx.log(f"warning: {w}")
-        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"))
+        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
+                                    catalog_dir=payload.get("catalog_dir"))
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")

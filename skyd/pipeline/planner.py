@@ -1,15 +1,18 @@
 """OPTIMIZE: from a Task to a ranked list of launchable choices, through the solver.
 
-Which infras take part (decision recorded in docs/pipeline.md):
-- clouds whose catalog is enabled (SKYD_CATALOG_DIR files, or credentials) AND that this
-  build can provision (a registered Cloud); `--dryrun` plans over every enabled catalog;
-- dynamic infras: `ssh` pools when configured, and `local` -- the embedded default, used
-  when nothing else is enabled or when the task pins `infra: local`.
+One planning function, :func:`plan_dag`, serves `launch` and `--dryrun` alike (decision
+recorded in docs/pipeline.md). It solves twice over the same rows:
+- the launch plan, over what can launch now: clouds whose catalog is enabled
+  (SKYD_CATALOG_DIR files, or credentials) AND that this build can provision (a registered
+  Cloud), plus dynamic infras: `ssh` pools when configured, and `local` -- the embedded
+  default, used when nothing else is enabled or when the task pins `infra: local`;
+- the wide view, over every catalog, shown beside it with how to enable each infra.
+`launch` runs the launch plan's choice; `--dryrun` shows that same choice, marked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from skyd.clouds.base import ClusterHandle, get_cloud, registered_clouds
@@ -17,7 +20,8 @@ from skyd.clouds.offering import Offering
 from skyd.errors import ClusterStateError, ResourcesUnavailableError
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
-__all__ = ["Block", "Choice", "plan_task", "dryrun", "check_fits", "to_request"]
+__all__ = ["Block", "Choice", "Planned", "RankedChoices", "plan_dag", "plan_task", "dryrun",
+           "check_fits", "to_request"]
 
 
 @dataclass(frozen=True)
@@ -116,11 +120,23 @@ def _enabled_catalog_clouds(catalog: Any, *, launchable_only: bool) -> set[str]:
     return enabled
 
 
-def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
-    import skyd.clouds.local  # noqa: F401 - registers `local`
-    from skyd.clouds.catalog import load_catalog
+def _load(catalog_dir: str | None) -> Any:
+    from pathlib import Path
 
-    catalog = load_catalog()
+    from skyd.clouds.catalog import load_catalog
+    from skyd.errors import InvalidSpecError
+
+    if catalog_dir and not Path(catalog_dir).is_dir():
+        raise InvalidSpecError(f"SKYD_CATALOG_DIR {catalog_dir!r} is not a directory",
+                               field="SKYD_CATALOG_DIR",
+                               hint="point it at a directory of <cloud>.csv files, or unset it")
+    return load_catalog(catalog_dir or None)
+
+
+def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | None = None) -> Any:
+    import skyd.clouds.local  # noqa: F401 - registers `local`
+
+    catalog = _load(catalog_dir)
     pins = _pins(tasks)
     registered = set(registered_clouds())
     for r in (r for t in tasks for r in t.resources):
@@ -142,19 +158,64 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool) -> Any:
     return catalog.with_enabled(enabled).with_extra(extra)
 
 
-def _solve_dag(
+def how_to_enable(cloud: str) -> str:
+    """What makes ``cloud`` launchable here: the config or credential to set, or why not."""
+    from skyd.clouds.catalog import IMPLEMENTED
+
+    if cloud in registered_clouds():
+        ok, reason = get_cloud(cloud).check()
+        return "" if ok else reason
+    if not IMPLEMENTED.get(cloud, False):
+        return (f"catalog only: no {cloud} provider in this build yet (no credential enables "
+                "it); its prices are shown to compare")
+    return f"no {cloud} credentials found"
+
+
+@dataclass
+class Planned:
+    """What :func:`plan_dag` returns: the launch plan and the wide view beside it."""
+
+    plans: list[Any]  # ranked solver plans over what can launch now; [] when nothing can
+    error: ResourcesUnavailableError | None  # why nothing can launch now (plans == [])
+    wide: list[Any]  # the same DAG over every catalog; [] when nothing fits anywhere
+    launchable: frozenset[str]  # infras that can launch now
+    how: dict[str, str] = field(default_factory=dict)  # infra -> how to enable it
+
+    def best(self) -> Any:
+        """The plan launch runs (or, when nothing can launch now, the wide view's best)."""
+        return self.plans[0] if self.plans else (self.wide[0] if self.wide else None)
+
+
+def plan_dag(
     tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
-    launchable_only: bool,
-) -> list[Any]:
+    catalog_dir: str | None = None,
+) -> Planned:
+    """The one planning function of `launch` and `--dryrun` (sync: run it in a thread)."""
     from skyd.solver import optimize
 
-    catalog = _catalog_for(tasks, launchable_only=launchable_only)
     dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
-    return list(optimize(dag, catalog, minimize=minimize, blocked=blocked))
+    catalog = _catalog_for(tasks, launchable_only=True, catalog_dir=catalog_dir)
+    launchable = frozenset(catalog.enabled)
+    plans: list[Any] = []
+    error: ResourcesUnavailableError | None = None
+    try:
+        plans = list(optimize(dag, catalog, minimize=minimize, blocked=blocked))
+    except ResourcesUnavailableError as e:
+        error = e
+    wide_cat = catalog.with_enabled(set(catalog.clouds))
+    try:
+        wide = list(optimize(dag, wide_cat, minimize=minimize, max_plans=1))
+    except ResourcesUnavailableError:
+        wide = []
+    shown = {c.cloud for p in plans[:1] + wide[:1] for t in p.tasks for c in [t.chosen, *t.alternatives]}
+    how = {c: how_to_enable(c) for c in sorted(shown - launchable)}
+    return Planned(plans, error, wide, launchable, how)
 
 
-def _solve(task: Any, blocked: list[Block], minimize: str, launchable_only: bool) -> list[Any]:
-    return _solve_dag([task], [], blocked, minimize, launchable_only)
+class RankedChoices(list[Choice]):
+    """Launchable choices, best first, with the plan table that shows them (``table``)."""
+
+    table: str = ""
 
 
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
@@ -180,14 +241,20 @@ def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     return out
 
 
-async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost") -> list[Choice]:
-    """Ranked launchable choices for one task, best first (zones expanded for failover)."""
+async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
+                    catalog_dir: str | None = None) -> RankedChoices:
+    """Ranked launchable choices for one task, best first (zones expanded for failover);
+    ``.table`` is the plan as `--dryrun` shows it."""
     import anyio
 
-    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True)
-    choices: list[Choice] = []
+    from skyd.pipeline.plan_view import format_planned
+
+    planned = await anyio.to_thread.run_sync(plan_dag, [task], [], blocked, minimize, catalog_dir)
+    if planned.error is not None:
+        raise planned.error
+    choices = RankedChoices()
     seen: set[tuple[Any, ...]] = set()
-    for plan in plans:
+    for plan in planned.plans:
         tp = plan.tasks[0]
         for cand in [tp.chosen, *tp.alternatives]:
             for off, spot, cost in _offerings_of(cand):
@@ -198,22 +265,23 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost") 
                 choices.append(Choice(off, spot, cost, int(cand.num_nodes)))
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
+    choices.table = format_planned(planned)
     return choices
 
 
-async def dryrun(dag: Any, *, minimize: str = "cost") -> dict[str, Any]:
-    """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included),
-    over every enabled catalog, launchable here or not."""
+async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = None) -> dict[str, Any]:
+    """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included):
+    the choice `launch` would run, beside every catalog's offers and how to enable them."""
     import anyio
 
-    from skyd.solver import format_plan_table, plan_to_json
+    from skyd.pipeline.plan_view import planned_to_json
 
-    plans = await anyio.to_thread.run_sync(
-        _solve_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, False)
-    out = plan_to_json(plans[0])
-    out["table"] = format_plan_table(plans[0])
-    out["dryrun"] = True
-    return dict(out)
+    planned = await anyio.to_thread.run_sync(
+        plan_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, catalog_dir)
+    if planned.best() is None:
+        assert planned.error is not None
+        raise planned.error
+    return planned_to_json(planned)
 
 
 def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
