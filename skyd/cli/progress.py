@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from skyd.errors import SkydError, error_from_dict
+from skyd.human import duration
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # stage name -> (in-progress label, done label)
@@ -87,7 +88,7 @@ class StageRenderer:
         name, state = str(ev.get("name", "?")), str(ev.get("state", "?"))
         doing, done = stage_labels(name, ev)
         elapsed = ev.get("elapsed")
-        el = f" ({float(elapsed):.1f}s)" if elapsed is not None else ""
+        el = f" ({duration(float(elapsed))})" if elapsed is not None else ""
         with self.lock:
             self._clear()
             if state == "start":

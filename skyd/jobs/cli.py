@@ -1,12 +1,11 @@
 """`skyd jobs launch | queue | cancel | logs` (a CLI command module: see skyd.cli.commands).
 
-Only argparse/json/sys at import; the client and helpers are imported in the handlers.
+Only argparse/sys at import; the client and helpers are imported in the handlers.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -104,7 +103,9 @@ def run_launch(args: argparse.Namespace) -> int:
     result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
     job_id = int(result["job_id"])
     if args.output == "json":
-        print(json.dumps({"job_id": job_id, "request_id": rid}))
+        from skyd.cli.output import print_json
+
+        print_json({"job_id": job_id, "request_id": rid})
         return 0
     if args.detach_run:
         sys.stdout.write(f"  follow: skyd jobs logs {job_id}\n  queue:  skyd jobs queue\n")
@@ -141,7 +142,9 @@ def run_queue(args: argparse.Namespace) -> int:
         params["status"] = args.status
     rows = get_client().get("/v1/jobs", params)
     if args.output == "json":
-        sys.stdout.write(json.dumps(rows) + "\n")
+        from skyd.cli.output import print_json
+
+        print_json(rows)
         return 0
     from skyd.cli.output import ago, print_table
 

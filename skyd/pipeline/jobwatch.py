@@ -44,7 +44,8 @@ async def follow_job(
         if row:
             await cdb.upsert_jobs(store, name, [row])
         result["status"] = row["status"] if row else "PENDING"
-        ctx.log(f"Job {job_id} submitted to {name} (detached). `skyd logs {name} {job_id}` follows it.")
+        ctx.log(f"Job {job_id} submitted to cluster {name}. Follow: skyd logs {name} {job_id}"
+                f" · Queue: skyd queue {name}")
         return result
 
     final: dict[str, Any] = {}

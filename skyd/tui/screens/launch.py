@@ -30,7 +30,7 @@ def build_payload(path: str, *, cluster: str, gpus: str, infra: str, spot: bool,
                   num_nodes: str, dryrun: bool) -> dict[str, Any]:
     """The ``launch`` request body for the form's values (raises InvalidSpecError)."""
     if not path:
-        raise InvalidSpecError("choose a task YAML", field="path", hint="type a path or browse (b)")
+        raise InvalidSpecError("choose a task YAML", field="path", hint="type a path or browse (ctrl+b)")
     p = Path(path).expanduser()
     try:
         text = p.read_text()
