@@ -10,7 +10,6 @@ import pty
 import re
 import select
 import shlex
-import shutil
 import subprocess
 import sys
 import time

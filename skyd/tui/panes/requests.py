@@ -31,7 +31,7 @@ class RequestsPane(TablePane):
         self._following: set[str] = set()
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # (Textual runs TablePane.on_mount too: handlers run for every class in the MRO.)
         # Ages and durations move on between daemon events: re-render them locally each
         # second (no daemon call), so the tab stays live while nothing is published.
         self.set_interval(TICK_S, self.tick)

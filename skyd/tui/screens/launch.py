@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DirectoryTree, Footer, Input, Label, Static
 
 from skyd.errors import InvalidSpecError, SkydError
+from skyd.sdk.payloads import catalog_dir
 from skyd.tui import fmt
 
 
@@ -55,7 +56,7 @@ def build_payload(path: str, *, cluster: str, gpus: str, infra: str, spot: bool,
     return {
         "yaml": text, "yaml_path": str(p.resolve()), "base_dir": str(p.resolve().parent),
         "env": {}, "cluster_name": cluster.strip() or None, "overrides": overrides,
-        "dryrun": dryrun, "detach_run": False,
+        "dryrun": dryrun, "detach_run": False, "catalog_dir": catalog_dir(),
     }
 
 
