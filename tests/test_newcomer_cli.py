@@ -251,3 +251,23 @@ def test_json_numbers_indent_and_human_figures(daemon: Any) -> None:
     assert (duration(277.17), duration(4.21), duration(42.9)) == ("4m 37s", "4.2s", "42s")
     assert (duration(30 * 86400), minutes(30), minutes(30.0), minutes(90)) == (
         "30 days", "30 min", "30 min", "1h 30m")
+
+
+def test_launch_on_a_terminal_asks_with_the_plan_and_shows_it_once(daemon: Any, tmp_path: Path) -> None:
+    f = tmp_path / "tty.yaml"
+    f.write_text("setup: echo SETUP-LINE\nrun: echo RUN-LINE\n")
+    rc, out = _pty_run([str(SKYD_BIN), "launch", "-c", "tty", str(f)], "y\n", timeout=120)
+    assert rc == 0, out
+    assert out.count("Considered resources") == 1, out  # before the prompt, not again
+    _in_order(out, "Considered resources", "Proceed? [Y/n]", "SETUP-LINE", "✓ Setup done",
+              "RUN-LINE", "✓ Job finished")
+
+
+def test_check_follows_the_callers_catalog_dir(daemon: Any, tmp_path: Path) -> None:
+    cat = _catalog(tmp_path / "only-runpod", ["cpu-tiny,,,2,8,,CA,CA-MTL-1,0.01,"])
+    rows = {r["infra"]: r for r in json.loads(
+        cli("check", "-o", "json", env={"SKYD_CATALOG_DIR": str(cat)}).stdout)}
+    assert set(rows) - {"local", "ssh"} == {"runpod"}
+    assert rows["runpod"]["plan"] and not rows["runpod"]["launch"]
+    rows = {r["infra"] for r in json.loads(cli("check", "-o", "json").stdout)}
+    assert {"aws", "gcp", "runpod"} <= rows

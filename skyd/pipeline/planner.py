@@ -120,7 +120,7 @@ def _enabled_catalog_clouds(catalog: Any, *, launchable_only: bool) -> set[str]:
     return enabled
 
 
-def _load(catalog_dir: str | None) -> Any:
+def catalog_at(catalog_dir: str | None) -> Any:
     from pathlib import Path
 
     from skyd.clouds.catalog import load_catalog
@@ -136,7 +136,7 @@ def _load(catalog_dir: str | None) -> Any:
 def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | None = None) -> Any:
     import skyd.clouds.local  # noqa: F401 - registers `local`
 
-    catalog = _load(catalog_dir)
+    catalog = catalog_at(catalog_dir)
     pins = _pins(tasks)
     registered = set(registered_clouds())
     for r in (r for t in tasks for r in t.resources):
