@@ -117,7 +117,9 @@ def _finish(client: Any, rid: str, args: argparse.Namespace, show_plan: bool = T
         status = result.get("status")
         name, jid = result.get("cluster"), result.get("job_id")
         if status in (None, "PENDING", "RUNNING", "SETTING_UP", "INIT"):
-            return 0  # detached: the daemon's log line above said where it runs and how to follow
+            print(f"Job {jid} submitted to cluster {name}. "
+                  f"Follow: skyd logs {name} {jid} · Queue: skyd queue {name}", file=sys.stderr)
+            return 0
         code = result.get("exit_code")
         tail = f" (exit code {code})" if code not in (None, 0) else ""
         print(f"✓ Job {jid} on {name}: {status}{tail}" if status == "SUCCEEDED"

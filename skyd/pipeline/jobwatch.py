@@ -44,9 +44,7 @@ async def follow_job(
         if row:
             await cdb.upsert_jobs(store, name, [row])
         result["status"] = row["status"] if row else "PENDING"
-        ctx.log(f"Job {job_id} submitted to cluster {name}. Follow: skyd logs {name} {job_id}"
-                f" · Queue: skyd queue {name}")
-        return result
+        return result  # the client says where it runs and how to follow it (one line)
 
     final: dict[str, Any] = {}
 
