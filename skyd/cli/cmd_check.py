@@ -17,7 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
-
     from skyd.sdk.payloads import catalog_dir
 
     d = catalog_dir()

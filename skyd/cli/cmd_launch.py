@@ -162,6 +162,8 @@ def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -
                               out=quiet, err=quiet)
     if isinstance(plan, dict) and plan.get("table"):
         print(plan["table"], file=sys.stderr)
+    if isinstance(plan, dict) and plan.get("launchable") is False:
+        return True, True  # nothing to confirm: the launch fails with the reason shown
     what = f"cluster '{args.cluster}'" if args.cluster else "cluster"
     try:
         answer = input(f"Launching a new {what}. Proceed? [Y/n]: ")
