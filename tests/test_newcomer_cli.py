@@ -271,3 +271,14 @@ def test_check_follows_the_callers_catalog_dir(daemon: Any, tmp_path: Path) -> N
     assert rows["runpod"]["plan"] and not rows["runpod"]["launch"]
     rows = {r["infra"] for r in json.loads(cli("check", "-o", "json").stdout)}
     assert {"aws", "gcp", "runpod"} <= rows
+
+
+def test_a_succeeded_managed_job_has_exit_code_0_and_cancel_says_it_finished(daemon: Any) -> None:
+    r = cli("jobs", "launch", "-y", "-n", "mj", "echo managed-ok", timeout=180)
+    assert r.returncode == 0 and "managed-ok" in r.stdout, r.stdout + r.stderr
+    raw = cli("jobs", "queue", "-o", "json").stdout
+    job = json.loads(raw)[0]
+    assert job["status"] == "SUCCEEDED" and job["exit_code"] == 0
+    assert raw.startswith("[\n  {\n    ")
+    r = cli("jobs", "cancel", str(job["id"]))
+    assert f"Managed job {job['id']} had already finished (SUCCEEDED)" in r.stdout, r.stdout

@@ -155,15 +155,28 @@ def run_queue(args: argparse.Namespace) -> int:
 
 def run_cancel(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
-    from skyd.errors import InvalidSpecError
+    from skyd.errors import InvalidSpecError, SkydError
 
     if not args.ids and not args.name and not args.all:
         raise InvalidSpecError("say which jobs to cancel", hint="skyd jobs cancel ID | -n NAME | -a")
     client = get_client()
     rid = client.submit("jobs.cancel", {"ids": args.ids, "name": args.name, "all": args.all})
     moved = _wait(client, rid).get("cancelled") or []
-    sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n" if moved
-                     else "No active managed job matched.\n")  # fmt: skip
+    if moved:
+        sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n")
+    for jid in args.ids or []:
+        if int(jid) in moved:
+            continue
+        try:
+            status = str(client.get(f"/v1/jobs/{int(jid)}").get("status"))
+        except SkydError:  # an unknown id: the generic line below says it
+            continue
+        if status not in ("SUCCEEDED", "CANCELLED") and not status.startswith("FAILED"):
+            continue
+        sys.stdout.write(f"Managed job {jid} had already finished ({status}); nothing to cancel.\n")
+        moved.append(int(jid))
+    if not moved:
+        sys.stdout.write("No active managed job matched.\n")
     return 0
 
 
