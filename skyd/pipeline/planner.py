@@ -209,6 +209,13 @@ def plan_dag(
         wide = []
     shown = {c.cloud for p in plans[:1] + wide[:1] for t in p.tasks for c in [t.chosen, *t.alternatives]}
     how = {c: how_to_enable(c) for c in sorted(shown - launchable)}
+    # Infras this build can provision but that are not set up (ssh pools, credentials):
+    # what to configure, even when no catalog row of theirs shows (they have none yet).
+    for name in registered_clouds():
+        if name not in launchable and name not in how:
+            ok, reason = get_cloud(name).check()
+            if not ok:
+                how[name] = reason
     return Planned(plans, error, wide, launchable, how)
 
 
