@@ -164,6 +164,9 @@ def test_a_running_daemon_reads_the_callers_catalog_dir(daemon: Any, tmp_path: P
     # Without it, the same daemon plans over the bundled catalogs again.
     r = cli("launch", "--dryrun", "-o", "json", str(f))
     assert json.loads(r.stdout)["tasks"][0]["chosen"]["instance_type"] != "my-8xa100"
+    # A directory that is not there: a clear error naming the variable.
+    r = cli("launch", "--dryrun", str(f), env={"SKYD_CATALOG_DIR": str(tmp_path / "nope")})
+    assert r.returncode == 2 and "SKYD_CATALOG_DIR" in r.stderr and "Traceback" not in r.stderr
 
 
 # -- launch output ------------------------------------------------------------------------
