@@ -13,6 +13,7 @@ from skyd.pipeline.agents import agent
 WAITING = {"INIT", "PENDING"}
 POLL_S = 0.2
 RUNNING_POLL_S = 1.0
+HANDOFF_S = 1.0  # how long the status poll leaves SETUP -> EXEC to the log stream
 
 
 def _find(queue: list[dict[str, Any]], job_id: int) -> dict[str, Any] | None:
@@ -52,7 +53,7 @@ async def follow_job(
     # Stage lines and output in the order they happened: the log stream tags each chunk
     # "setup" or "run", so its first run chunk closes SETUP before it is shown; the status
     # poll does the same for jobs whose log says nothing (or an agent that does not tag).
-    st = {"setup": "idle", "exec": False, "tagged": False}
+    st = {"setup": "idle", "exec": False, "untagged": False}
     lock = anyio.Lock()
     exec_seen = anyio.Event()
 
@@ -79,20 +80,18 @@ async def follow_job(
             while True:
                 row = _find(await c.job_queue(), job_id)
                 status = row["status"] if row else "PENDING"
-                if status == "SETTING_UP":
-                    await setup_started()
-                if status not in WAITING and status != "SETTING_UP":
-                    if st["tagged"] and not st["exec"] and status != "FAILED_SETUP":
-                        # The stream knows where setup's output ends: let it close SETUP
-                        # (a run that prints nothing: the poll does, a moment later).
-                        with anyio.move_on_after(0.5):
-                            await exec_seen.wait()
-                    await exec_started(failed_setup=status == "FAILED_SETUP")
                 if row and status in cdb.TERMINAL_JOB:
                     final.update(row)
-                    if st["exec"]:
-                        await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
-                    return
+                    return  # the last stage lines follow the drained log (below)
+                if status == "SETTING_UP":
+                    await setup_started()
+                elif status not in WAITING and not st["exec"]:
+                    # Running: the log stream closes SETUP at the run's first output (it
+                    # knows where setup's output ends); a run that prints nothing, or an
+                    # agent whose stream is untagged, gets it from here a moment later.
+                    with anyio.move_on_after(0 if st["untagged"] else HANDOFF_S):
+                        await exec_seen.wait()
+                    await exec_started()
                 # Quick while the job starts (stage lines), then 1 s while it runs; the end of
                 # its log stream (the job is over) wakes this at once.
                 if logs_done.is_set():
@@ -107,7 +106,7 @@ async def follow_job(
         try:
             async with agent(prov, handle, 0) as c:
                 async for phase, chunk in c.tail_log_chunks(job_id, follow=True):
-                    st["tagged"] = st["tagged"] or bool(phase)
+                    st["untagged"] = st["untagged"] or not phase
                     if phase == "setup" and chunk:
                         await setup_started()
                     elif phase == "run":
@@ -123,6 +122,10 @@ async def follow_job(
         with anyio.move_on_after(5):
             await logs_done.wait()
         tg.cancel_scope.cancel()
+    status = final.get("status")
+    await exec_started(failed_setup=status == "FAILED_SETUP")
+    if st["exec"]:
+        await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
     await cdb.upsert_jobs(store, name, [final])
     await cdb.touch(store, name)
     result.update(status=final.get("status"), exit_code=final.get("exit_code"))
