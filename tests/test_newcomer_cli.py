@@ -142,16 +142,18 @@ def test_dryrun_choice_is_what_launch_runs(skyd_home: Path, tmp_path: Path) -> N
     f = tmp_path / "t.yaml"
     f.write_text("resources:\n  cpus: 1+\nrun: echo ran\n")
     with running_daemon(SKYD_CATALOG_DIR=str(cat)):
-        plan = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
-        chosen = plan["tasks"][0]["chosen"]
-        r = cli("launch", "-y", "-c", "same", str(f))
-        assert r.returncode == 0, r.stderr
-        row = json.loads(cli("status", "-o", "json").stdout)[0]
-        assert (chosen["cloud"], chosen["instance_type"]) == (row["cloud"], row["instance_type"])
-        # The cheaper catalog-only row is shown beside it, not chosen.
-        runpod = [c for c in plan["tasks"][0]["considered"] if c["cloud"] == "runpod"]
-        assert runpod and not runpod[0]["chosen"] and not runpod[0]["launch"]
-        cli("down", "-y", "same")
+        try:
+            plan = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
+            chosen = plan["tasks"][0]["chosen"]
+            r = cli("launch", "-y", "-c", "same", str(f))
+            assert r.returncode == 0, r.stderr
+            row = json.loads(cli("status", "-o", "json").stdout)[0]
+            assert (chosen["cloud"], chosen["instance_type"]) == (row["cloud"], row["instance_type"])
+            # The cheaper catalog-only row is shown beside it, not chosen.
+            runpod = [c for c in plan["tasks"][0]["considered"] if c["cloud"] == "runpod"]
+            assert runpod and not runpod[0]["chosen"] and not runpod[0]["launch"]
+        finally:
+            cli("down", "-a", "-y")
 
 
 def test_a_running_daemon_reads_the_callers_catalog_dir(daemon: Any, tmp_path: Path) -> None:
