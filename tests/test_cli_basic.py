@@ -119,7 +119,7 @@ def test_status_table_shows_clusters(skyd_home: Path) -> None:
         assert rows[0]["use_spot"] is True
         out = cli("status").stdout
         for want in ("NAME", "INFRA", "RESOURCES", "AUTOSTOP", "LAUNCHED", "aws/us-east-1",
-                     "2x(H100:8, p5.48xlarge) [spot]", "10m (down)", "2m ago"):
+                     "2x(H100:8, p5.48xlarge) [spot]", "10 min (down)", "2m ago"):
             assert want in out, (want, out)
 
 
@@ -176,8 +176,9 @@ def test_progress_renders_stages_and_logs() -> None:
     finished, result = render_events(iter(events), out=out, err=err, tty=False)
     assert finished and result == {"cluster_name": "c1"}
     assert out.getvalue() == "creating instance\nhello from the job\n"
+    # Off a TTY: only end lines, no spinner text (no "Provisioning…").
     assert err.getvalue().splitlines() == [
-        "  Provisioning…", "✓ Provisioned (1.4s)", "✗ Running setup failed (0.5s): exit 1"]
+        "✓ Provisioned (1.4s)", "✗ Running setup failed (0.5s): exit 1"]
 
 
 def test_completion_scripts() -> None:

@@ -54,7 +54,7 @@ async def test_clusters_screen_at_80x24(daemon: Path) -> None:
         assert t.row_count == 3
         assert tuple(t.get_row_at(2)[:4]) == ("train-a100", "UP", "aws/us-east-1",
                                        "1x p4d.24xlarge {A100:8}")
-        assert t.get_row_at(2)[5] == "10m down"
+        assert t.get_row_at(2)[5] == "10 min down"
         assert "connected" in app.sub_title
 
 

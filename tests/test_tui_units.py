@@ -20,7 +20,7 @@ def test_cluster_cells_show_what_a_user_reads() -> None:
            "autostop_down": True, "launched_at": 1000.0}
     assert fmt.cluster_cells(row, now=1000.0 + 3 * 3600 + 125) == (
         "gpu", "UP", "aws/us-east-1", "2x p4d.24xlarge {A100:8} [spot]", "$32.77",
-        "10m down", "3h 02m")
+        "10 min down", "3h 02m")
     assert fmt.autostop({"autostop_minutes": None}) == "-"
     assert fmt.duration(59) == "59s" and fmt.duration(3 * 86400 + 7200) == "3d 2h"
 

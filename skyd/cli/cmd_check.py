@@ -17,8 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.sdk.payloads import catalog_dir
 
-    rows = get_client().get("/v1/check")
+    d = catalog_dir()
+    rows = get_client().get("/v1/check", {"catalog_dir": d} if d else None)
     if args.infra:
         rows = [r for r in rows if r["infra"] in args.infra]
     if args.output == "json":

@@ -82,8 +82,38 @@ def _names(args: argparse.Namespace) -> dict[str, Any]:
     return {"clusters": args.clusters, "all": args.all}
 
 
+_ASK = {"stop": "Stopping", "down": "Terminating"}
+
+
+def _confirmed(args: argparse.Namespace) -> bool:
+    """Like `sky stop` / `sky down`: ask on an interactive terminal; -y and --async never ask."""
+    if args.verb not in _ASK or args.yes or args.async_:
+        return True
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return True
+    names = list(args.clusters)
+    if args.all:
+        from skyd.cli.client import get_client
+
+        names = [r["name"] for r in get_client().get("/v1/status")]
+        if not names:
+            return True  # nothing to act on; the verb says so
+    what = f"{len(names)} cluster{'s' if len(names) != 1 else ''}: {', '.join(names)}"
+    try:
+        sys.stderr.write(f"{_ASK[args.verb]} {what}. Proceed? [Y/n]: ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline()
+    except (EOFError, OSError):
+        return False
+    return bool(answer) and answer.strip().lower() in ("", "y", "yes")
+
+
 def run_simple(args: argparse.Namespace) -> int:
-    _submit(args.verb, _names(args), args)
+    payload = _names(args)
+    if not _confirmed(args):
+        print("Aborted.", file=sys.stderr)
+        return 1
+    _submit(args.verb, payload, args)
     return 0
 
 

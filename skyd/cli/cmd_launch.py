@@ -94,7 +94,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _finish(client: Any, rid: str, args: argparse.Namespace) -> int:
+def _finish(client: Any, rid: str, args: argparse.Namespace, show_plan: bool = True) -> int:
     if args.async_:
         print(rid)
         return 0
@@ -103,7 +103,7 @@ def _finish(client: Any, rid: str, args: argparse.Namespace) -> int:
     quiet = args.output == "json"
     devnull = open(os.devnull, "w") if quiet else None  # noqa: SIM115 - closed below
     try:
-        result = follow_request(client, rid, out=devnull, err=devnull)
+        result = follow_request(client, rid, out=devnull, err=devnull, show_plan=show_plan)
     finally:
         if devnull:
             devnull.close()
@@ -142,21 +142,22 @@ def run_launch(args: argparse.Namespace) -> int:
         minimize=args.minimize, **_overrides(args),
     )
     client = get_client()
-    if not _confirmed(client, payload, args):
+    proceed, plan_shown = _confirmed(client, payload, args)
+    if not proceed:
         print("Aborted.", file=sys.stderr)
         return 1
-    return _finish(client, client.submit("launch", payload), args)
+    return _finish(client, client.submit("launch", payload), args, show_plan=not plan_shown)
 
 
-def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -> bool:
+def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -> tuple[bool, bool]:
     """Like `sky launch`: show the plan and ask before making a new cluster (interactive
-    terminals only; -y, --dryrun, --async and -o json never ask)."""
+    terminals only; -y, --dryrun, --async and -o json never ask). (proceed, plan shown)."""
     if args.yes or args.dryrun or args.async_ or args.output == "json":
-        return True
+        return True, False
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        return True
+        return True, False
     if args.cluster and client.get("/v1/status", {"name": [args.cluster]}):
-        return True  # an existing cluster is reused (or restarted): nothing new is made
+        return True, False  # an existing cluster is reused (or restarted): nothing new is made
     from skyd.cli.progress import follow_request
 
     with open(os.devnull, "w") as quiet:
@@ -164,12 +165,14 @@ def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -
                               out=quiet, err=quiet)
     if isinstance(plan, dict) and plan.get("table"):
         print(plan["table"], file=sys.stderr)
+    if isinstance(plan, dict) and plan.get("launchable") is False:
+        return True, True  # nothing to confirm: the launch fails with the reason shown
     what = f"cluster '{args.cluster}'" if args.cluster else "cluster"
     try:
         answer = input(f"Launching a new {what}. Proceed? [Y/n]: ")
     except EOFError:
-        return False
-    return answer.strip().lower() in ("", "y", "yes")
+        return False, True
+    return answer.strip().lower() in ("", "y", "yes"), True
 
 
 def run_exec(args: argparse.Namespace) -> int:

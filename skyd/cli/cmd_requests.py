@@ -85,7 +85,7 @@ def run_get(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(row)
         return 0
-    from skyd.cli.output import ago, print_table
+    from skyd.cli.output import ago, duration, print_table
 
     w = sys.stdout.write
     w(f"id:       {row['id']}\nverb:     {row['verb']}\nstatus:   {row['status']}\n"
@@ -101,7 +101,8 @@ def run_get(args: argparse.Namespace) -> int:
     if row.get("stages"):
         w("\n")
         print_table(row["stages"], [("STAGE", "name"), ("STATE", "state"),
-                                    ("ELAPSED", lambda s: s.get("elapsed"))])
+                                    ("ELAPSED", lambda s: None if s.get("elapsed") is None
+                                     else duration(s["elapsed"]))])
     return 0
 
 

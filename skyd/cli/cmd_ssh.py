@@ -25,8 +25,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    import json
-
+    from skyd.cli.output import print_json
     from skyd.clouds.ssh.pools import load_pools, pools_file
     from skyd.clouds.ssh.state import allocations_sync, load_host_facts
 
@@ -42,7 +41,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                         "gpus": acc, "cpus": f.get("cpus"), "memory_gib": f.get("memory_gib"),
                         "probed": bool(f)})  # fmt: skip
     if args.output == "json":
-        print(json.dumps({"file": str(pools_file()), "hosts": out}, indent=2))
+        print_json({"file": str(pools_file()), "hosts": out})
         return 0
     if not out:
         print(f"No SSH node pools. Define them in {pools_file()}")
@@ -57,17 +56,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import json
-
     import anyio
 
+    from skyd.cli.output import print_json
     from skyd.clouds.ssh.check import check_pool
     from skyd.clouds.ssh.pools import get_pool
 
     pool = get_pool(args.pool)
     reports = anyio.run(lambda: check_pool(pool, timeout=args.timeout))
     if args.output == "json":
-        print(json.dumps({"pool": pool.name, "hosts": [r.to_dict() for r in reports]}, indent=2))
+        print_json({"pool": pool.name, "hosts": [r.to_dict() for r in reports]})
     else:
         rows = [["HOST", "STATUS", "OS", "PYTHON", "GPUS", "CPUS", "MEM(GiB)"]]
         for r in reports:

@@ -41,7 +41,9 @@ def _autostop(r: dict[str, Any]) -> str:
     m = r.get("autostop_minutes")
     if m is None or int(m) < 0:
         return "-"
-    return f"{m}m" + (" (down)" if r.get("autostop_down") else "")
+    from skyd.human import minutes
+
+    return minutes(m) + (" (down)" if r.get("autostop_down") else "")
 
 
 def run(args: argparse.Namespace) -> int:

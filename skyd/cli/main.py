@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = func(args)
         return int(rc or 0)
     except SkydError as e:
-        _print_error(e)
+        _print_error(e, json_out=getattr(args, "output", None) == "json")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -60,12 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SKYD_DEBUG"):
             raise
         path = _save_traceback()
-        sys.stderr.write(f"error: internal error: {type(e).__name__}: {e}\n"
-                         f"hint: traceback in {path}; daemon log: {_daemon_log()}\n")
+        err = SkydError(f"internal error: {type(e).__name__}: {e}",
+                        hint=f"traceback in {path}; daemon log: {_daemon_log()}")
+        _print_error(err, json_out=getattr(args, "output", None) == "json")
         return 1
 
 
-def _print_error(e: SkydError) -> None:
+def _print_error(e: SkydError, json_out: bool = False) -> None:
+    """``error:``/``hint:`` lines on stderr; with ``-o json`` one JSON document on stdout
+    instead (``{"error": {type, message, field, hint, line, exit_code}}``)."""
+    if json_out:
+        from skyd.cli.output import print_json
+
+        print_json({"error": e.to_dict()})
+        return
     sys.stderr.write(f"error: {e}\n")
     if e.hint:
         sys.stderr.write(f"hint: {e.hint}\n")

@@ -71,11 +71,7 @@ def ago(ts: float | None, now: float | None = None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = float(seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60)}s"
-    return f"{int(s // 3600)}h {int(s % 3600 // 60)}m"
+    """As people write it: ``4.2s``, ``4m 37s``, ``3h 05m``, ``30 days`` (skyd.human)."""
+    from skyd.human import duration as human
+
+    return human(seconds)

@@ -2,8 +2,10 @@
 
 ``follow_request(client, request_id)`` is what ``skyd launch`` & co. call after submitting.
 On a TTY a stage shows as a live spinner line (``⠋ Provisioning… 1.2s``) that becomes
-``✓ Provisioned (1.4s)``; otherwise one plain line at start and one at the end. Stage
-lines go to stderr, ``log``/``job_log`` text to stdout unchanged.
+``✓ Provisioned (1.4s)``; otherwise (a pipe, a file, CI) only the end line, with no control
+characters. Stage lines go to stderr, ``log``/``job_log`` text to stdout unchanged. The plan
+an OPTIMIZE stage carries (``plan``) is printed to stderr after it, unless ``show_plan`` is
+off (the launch prompt showed it already).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from skyd.errors import SkydError, error_from_dict
+from skyd.human import duration
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # stage name -> (in-progress label, done label)
@@ -44,9 +47,11 @@ def stage_labels(name: str, info: dict[str, Any]) -> tuple[str, str]:
 
 
 class StageRenderer:
-    def __init__(self, out: TextIO, err: TextIO, tty: bool | None = None) -> None:
+    def __init__(self, out: TextIO, err: TextIO, tty: bool | None = None,
+                 show_plan: bool = True) -> None:
         self.out, self.err = out, err
         self.tty = err.isatty() if tty is None else tty
+        self.show_plan = show_plan
         self.lock = threading.Lock()
         self.active: tuple[str, float] | None = None  # (label, started monotonic)
         self._stop = threading.Event()
@@ -83,7 +88,7 @@ class StageRenderer:
         name, state = str(ev.get("name", "?")), str(ev.get("state", "?"))
         doing, done = stage_labels(name, ev)
         elapsed = ev.get("elapsed")
-        el = f" ({float(elapsed):.1f}s)" if elapsed is not None else ""
+        el = f" ({duration(float(elapsed))})" if elapsed is not None else ""
         with self.lock:
             self._clear()
             if state == "start":
@@ -93,12 +98,12 @@ class StageRenderer:
                     if self._thread is None:
                         self._thread = threading.Thread(target=self._spin, daemon=True)
                         self._thread.start()
-                else:
-                    self.err.write(f"  {doing}…\n")
                 return
             self.active = None
             if state == "done":
                 self.err.write(f"✓ {done}{el}\n")
+                if self.show_plan and ev.get("plan"):
+                    self.err.write(str(ev["plan"]).rstrip("\n") + "\n")
             elif state == "failed":
                 reason = ev.get("reason") or ev.get("error") or ""
                 self.err.write(f"✗ {doing} failed{el}{': ' + str(reason) if reason else ''}\n")
@@ -118,9 +123,9 @@ class StageRenderer:
 
 
 def render_events(events: Any, *, out: TextIO | None = None, err: TextIO | None = None,
-                  tty: bool | None = None) -> tuple[bool, Any]:
+                  tty: bool | None = None, show_plan: bool = True) -> tuple[bool, Any]:
     """Render an event iterator; returns (finished, result) and raises the request's error."""
-    r = StageRenderer(out or sys.stdout, err or sys.stderr, tty)
+    r = StageRenderer(out or sys.stdout, err or sys.stderr, tty, show_plan)
     try:
         for ev in events:
             t = ev.get("type")
@@ -138,11 +143,13 @@ def render_events(events: Any, *, out: TextIO | None = None, err: TextIO | None 
 
 
 def follow_request(client: Any, request_id: str, *, out: TextIO | None = None,
-                   err: TextIO | None = None, tty: bool | None = None) -> Any:
+                   err: TextIO | None = None, tty: bool | None = None,
+                   show_plan: bool = True) -> Any:
     """Follow a request to its end: render its events, return its result or raise its
     error (a SkydError). Ctrl-C detaches (raises Detached, exit code 130)."""
     try:
-        finished, result = render_events(client.events(request_id, True), out=out, err=err, tty=tty)
+        finished, result = render_events(client.events(request_id, True), out=out, err=err,
+                                         tty=tty, show_plan=show_plan)
     except KeyboardInterrupt:
         raise Detached(
             f"detached from request {request_id}; it keeps running",

@@ -64,7 +64,16 @@ async def _cluster_rows(ctx: ReadContext) -> list[dict[str, Any]]:
         for c in _BOOL_COLS:
             if r[c] is not None:
                 r[c] = bool(r[c])
+        r["last_use"] = epoch(r.get("last_use"))
     return rows
+
+
+def epoch(v: Any) -> float | None:
+    """A timestamp column as a number (``last_use`` is a TEXT column in older schemas)."""
+    try:
+        return None if v in (None, "") else float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 async def watch(ctx: ReadContext, request: web.Request) -> Any:

@@ -77,6 +77,18 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
+def clusters_of(payload: dict[str, Any]) -> str | None:
+    """The cluster(s) a request is about, for `requests ls`: ``cluster_name``, or the
+    ``clusters`` of stop/start/down/autostop (``all`` when -a)."""
+    name = payload.get("cluster_name")
+    if isinstance(name, str) and name:
+        return name
+    names = payload.get("clusters")
+    if isinstance(names, list) and names:
+        return ", ".join(str(n) for n in names)
+    return "all" if payload.get("all") is True and "clusters" in payload else None
+
+
 class RequestManager:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
@@ -118,9 +130,9 @@ class RequestManager:
                 continue
             try:
                 await self.daemon.store.execute(
-                    "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid) "
-                    "VALUES(?, ?, ?, ?, ?, '[]', ?)",
-                    (rid, verb_name, PENDING, now, dumps(stored), pid),
+                    "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid, "
+                    "cluster_name) VALUES(?, ?, ?, ?, ?, '[]', ?, ?)",
+                    (rid, verb_name, PENDING, now, dumps(stored), pid, clusters_of(stored)),
                 )
                 payload = stored
                 break

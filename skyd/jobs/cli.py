@@ -1,12 +1,11 @@
 """`skyd jobs launch | queue | cancel | logs` (a CLI command module: see skyd.cli.commands).
 
-Only argparse/json/sys at import; the client and helpers are imported in the handlers.
+Only argparse/sys at import; the client and helpers are imported in the handlers.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -106,7 +105,9 @@ def run_launch(args: argparse.Namespace) -> int:
     result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
     job_id = int(result["job_id"])
     if args.output == "json":
-        print(json.dumps({"job_id": job_id, "request_id": rid}))
+        from skyd.cli.output import print_json
+
+        print_json({"job_id": job_id, "request_id": rid})
         return 0
     if args.detach_run:
         sys.stdout.write(f"  follow: skyd jobs logs {job_id}\n  queue:  skyd jobs queue\n")
@@ -143,7 +144,9 @@ def run_queue(args: argparse.Namespace) -> int:
         params["status"] = args.status
     rows = get_client().get("/v1/jobs", params)
     if args.output == "json":
-        sys.stdout.write(json.dumps(rows) + "\n")
+        from skyd.cli.output import print_json
+
+        print_json(rows)
         return 0
     from skyd.cli.output import ago, print_table
 
@@ -154,15 +157,28 @@ def run_queue(args: argparse.Namespace) -> int:
 
 def run_cancel(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
-    from skyd.errors import InvalidSpecError
+    from skyd.errors import InvalidSpecError, SkydError
 
     if not args.ids and not args.name and not args.all:
         raise InvalidSpecError("say which jobs to cancel", hint="skyd jobs cancel ID | -n NAME | -a")
     client = get_client()
     rid = client.submit("jobs.cancel", {"ids": args.ids, "name": args.name, "all": args.all})
     moved = _wait(client, rid).get("cancelled") or []
-    sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n" if moved
-                     else "No active managed job matched.\n")  # fmt: skip
+    if moved:
+        sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n")
+    for jid in args.ids or []:
+        if int(jid) in moved:
+            continue
+        try:
+            status = str(client.get(f"/v1/jobs/{int(jid)}").get("status"))
+        except SkydError:  # an unknown id: the generic line below says it
+            continue
+        if status not in ("SUCCEEDED", "CANCELLED") and not status.startswith("FAILED"):
+            continue
+        sys.stdout.write(f"Managed job {jid} had already finished ({status}); nothing to cancel.\n")
+        moved.append(int(jid))
+    if not moved:
+        sys.stdout.write("No active managed job matched.\n")
     return 0
 
 

@@ -192,7 +192,7 @@ class JobController:
                 return
             if ti + 1 >= n:
                 await self._update(
-                    {"status": S.SUCCEEDED.value, "schedule_state": "DONE",
+                    {"status": S.SUCCEEDED.value, "schedule_state": "DONE", "exit_code": 0,
                      "ended_at": time.time(), "cluster": None, "cluster_job_id": None}
                 )  # fmt: skip
                 return
@@ -248,7 +248,7 @@ class JobController:
             lower = info.status if info else st.ATTEMPT_PREEMPTED
             if kind == "succeeded":
                 await self._update({}, attempt_update=(*aid, {
-                    "status": "SUCCEEDED", "ended_at": now, "exit_code": code, "reason": "succeeded"}))  # fmt: skip
+                    "status": "SUCCEEDED", "ended_at": now, "exit_code": code or 0, "reason": "succeeded"}))  # fmt: skip
                 await self._teardown(cluster)
                 return True
             rec = self._recovery(dag, ti)

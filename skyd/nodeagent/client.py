@@ -80,6 +80,13 @@ class AgentClient:
         async for chunk in self._stub.tail_logs(req, timeout=None):
             yield chunk.data
 
+    async def tail_log_chunks(self, job_id: int = 0, follow: bool = True, tail: int = 0,
+                              node: int | None = None) -> AsyncIterator[tuple[str, bytes]]:  # fmt: skip
+        """:meth:`tail_logs` with each chunk's phase: "setup", "run", or "" (not known)."""
+        req = pb.TailLogsRequest(job_id=job_id, follow=follow, tail=tail, node=node)
+        async for chunk in self._stub.tail_logs(req, timeout=None):
+            yield chunk.phase, chunk.data
+
     async def status(self) -> dict[str, Any]:
         s = await self._stub.get_status(pb.GetStatusRequest())
         return {

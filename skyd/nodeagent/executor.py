@@ -167,6 +167,25 @@ class Executor:
     def _exit_path(self, job_id: int, rank: int, phase: str) -> Path:
         return self.job_dir(job_id) / ("rank-%d.%s.exit" % (rank, phase))
 
+    def run_offset_path(self, job_id: int, rank: int) -> Path:
+        """Where the run phase's output starts in the rank's log (bytes before: setup's)."""
+        return self.job_dir(job_id) / ("rank-%d.run.offset" % rank)
+
+    def run_offset(self, job_id: int, rank: int) -> int | None:
+        """None while the run phase has not started."""
+        try:
+            return int(self.run_offset_path(job_id, rank).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _mark_run_offset(self, job_id: int, rank: int) -> None:
+        log = self.log_path(job_id, rank)
+        size = log.stat().st_size if log.exists() else 0
+        p = self.run_offset_path(job_id, rank)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(str(size))
+        os.replace(str(tmp), str(p))
+
     def start(self, job_id: int, rank: int, phase: str, spec: dict[str, Any],
               gpu_slots: list[int]) -> None:  # fmt: skip
         """Start the phase; a no-op when this (job, rank, phase) was started before (adopt)."""
@@ -182,6 +201,8 @@ class Executor:
             workdir = str(self.home / workdir)  # relative: inside this node's agent home
         cwd = workdir if workdir and os.path.isdir(workdir) else os.path.expanduser("~")
         env = job_env(spec, job_id, rank, phase, gpu_slots, self.vendor, self.cluster)
+        if phase == "run":
+            self._mark_run_offset(job_id, rank)
         with open(str(self.log_path(job_id, rank)), "ab") as log:
             proc = subprocess.Popen(
                 ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),

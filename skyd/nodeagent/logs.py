@@ -65,6 +65,39 @@ async def tail_file(
             await asyncio.sleep(poll)
 
 
+async def tail_file_phased(
+    path: Path, follow: bool, tail: int, is_done: Callable[[], bool],
+    run_offset: Callable[[], int | None], poll: float = 0.05,
+) -> AsyncIterator[tuple[str, bytes]]:
+    """:func:`tail_file` with each chunk tagged "setup" or "run": bytes before the run
+    phase's start offset are setup's. The offset is read AFTER each read, so bytes read
+    while it is unknown were written before the run phase started."""
+    while not path.exists():
+        if not follow or is_done():
+            return
+        await asyncio.sleep(poll)
+    pos = tail_offset(path, tail)
+    with open(str(path), "rb") as f:
+        f.seek(pos)
+        while True:
+            done = is_done()
+            data = f.read(CHUNK)
+            if data:
+                start, pos = pos, pos + len(data)
+                off = run_offset()
+                if off is None or off >= pos:
+                    yield "setup", data
+                elif off <= start:
+                    yield "run", data
+                else:
+                    yield "setup", data[: off - start]
+                    yield "run", data[off - start:]
+                continue
+            if not follow or done:
+                return
+            await asyncio.sleep(poll)
+
+
 async def merge_prefixed(
     streams: list[tuple[str, AsyncIterator[bytes]]],
     stop_after: Callable[[], bool] | None = None,

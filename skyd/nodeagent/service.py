@@ -72,8 +72,9 @@ class NodeAgentService(pb.NodeAgentBase):
             # Worker side: this node runs one rank of its head's jobs.
             path = agent.ex.log_path(req.job_id, agent.rank)
             done = lambda: agent.rank_finished(req.job_id, agent.rank)  # noqa: E731
-            async for data in logs.tail_file(path, req.follow, req.tail, done):
-                yield pb.LogChunk(data=data)
+            offset = lambda: agent.ex.run_offset(req.job_id, agent.rank)  # noqa: E731
+            async for phase, data in logs.tail_file_phased(path, req.follow, req.tail, done, offset):
+                yield pb.LogChunk(data=data, phase=phase)
             return
         job = self._job(req.job_id)
         job_id, spec = job["job_id"], job["spec"]
@@ -84,8 +85,15 @@ class NodeAgentService(pb.NodeAgentBase):
 
         nodes = {n["rank"]: n for n in spec["nodes"]}
         if spec["num_nodes"] <= 1 or req.node == 0:
-            it = logs.tail_file(agent.log_path(job_id), req.follow, req.tail, terminal)
-        elif req.node is not None:
+            # One log: chunks carry their phase (setup / run), so followers show stage
+            # lines and output in the order they happened.
+            offset = lambda: agent.ex.run_offset(job_id, 0)  # noqa: E731
+            async for phase, data in logs.tail_file_phased(agent.log_path(job_id), req.follow,
+                                                           req.tail, terminal, offset):
+                agent.touch()
+                yield pb.LogChunk(data=data, phase=phase)
+            return
+        if req.node is not None:
             if req.node not in nodes:
                 raise GRPCError(Status.NOT_FOUND, "job %d has no node %d" % (job_id, req.node))
             it = self._remote_tail(nodes[req.node], job_id, req)

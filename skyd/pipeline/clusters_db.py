@@ -271,6 +271,6 @@ def public_cluster(row: dict[str, Any]) -> dict[str, Any]:
         "launched_at": row.get("launched_at"),
         "autostop_minutes": row.get("autostop_minutes"),
         "autostop_down": bool(row.get("autostop_down")),
-        "last_use": row.get("last_use"),
+        "last_use": float(row["last_use"]) if row.get("last_use") not in (None, "") else None,
         "resources": json.loads(res) if res else None,
     }

@@ -13,6 +13,7 @@ from skyd.pipeline.agents import agent
 WAITING = {"INIT", "PENDING"}
 POLL_S = 0.2
 RUNNING_POLL_S = 1.0
+HANDOFF_S = 1.0  # how long the status poll leaves SETUP -> EXEC to the log stream
 
 
 def _find(queue: list[dict[str, Any]], job_id: int) -> dict[str, Any] | None:
@@ -44,37 +45,53 @@ async def follow_job(
         if row:
             await cdb.upsert_jobs(store, name, [row])
         result["status"] = row["status"] if row else "PENDING"
-        ctx.log(f"Job {job_id} submitted to {name} (detached). `skyd logs {name} {job_id}` follows it.")
-        return result
+        return result  # the client says where it runs and how to follow it (one line)
 
     final: dict[str, Any] = {}
 
     logs_done = anyio.Event()
+    # Stage lines and output in the order they happened: the log stream tags each chunk
+    # "setup" or "run", so its first run chunk closes SETUP before it is shown; the status
+    # poll does the same for jobs whose log says nothing (or an agent that does not tag).
+    st = {"setup": "idle", "exec": False, "untagged": False}
+    lock = anyio.Lock()
+    exec_seen = anyio.Event()
+
+    async def setup_started() -> None:
+        async with lock:
+            if with_setup and st["setup"] == "idle":
+                await ctx.stage("SETUP", "start")
+                st["setup"] = "running"
+
+    async def exec_started(failed_setup: bool = False) -> None:
+        async with lock:
+            if with_setup and st["setup"] != "done":
+                if st["setup"] == "idle":
+                    await ctx.stage("SETUP", "start")
+                await ctx.stage("SETUP", "failed" if failed_setup else "done")
+                st["setup"] = "done"
+            if not st["exec"] and not failed_setup:
+                await ctx.stage("EXEC", "start", job_id=job_id)
+                st["exec"] = True
+                exec_seen.set()
 
     async def watch_status() -> None:
-        setup_state = "idle"
-        exec_started = False
         async with agent(prov, handle, 0) as c:
             while True:
                 row = _find(await c.job_queue(), job_id)
                 status = row["status"] if row else "PENDING"
-                if with_setup and status == "SETTING_UP" and setup_state == "idle":
-                    await ctx.stage("SETUP", "start")
-                    setup_state = "running"
-                if status not in WAITING and status != "SETTING_UP":
-                    if with_setup and setup_state != "done":
-                        if setup_state == "idle":
-                            await ctx.stage("SETUP", "start")
-                        await ctx.stage("SETUP", "failed" if status == "FAILED_SETUP" else "done")
-                        setup_state = "done"
-                    if not exec_started and status != "FAILED_SETUP":
-                        await ctx.stage("EXEC", "start", job_id=job_id)
-                        exec_started = True
                 if row and status in cdb.TERMINAL_JOB:
                     final.update(row)
-                    if exec_started:
-                        await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
-                    return
+                    return  # the last stage lines follow the drained log (below)
+                if status == "SETTING_UP":
+                    await setup_started()
+                elif status not in WAITING and not st["exec"]:
+                    # Running: the log stream closes SETUP at the run's first output (it
+                    # knows where setup's output ends); a run that prints nothing, or an
+                    # agent whose stream is untagged, gets it from here a moment later.
+                    with anyio.move_on_after(0 if st["untagged"] else HANDOFF_S):
+                        await exec_seen.wait()
+                    await exec_started()
                 # Quick while the job starts (stage lines), then 1 s while it runs; the end of
                 # its log stream (the job is over) wakes this at once.
                 if logs_done.is_set():
@@ -82,13 +99,18 @@ async def follow_job(
                     # right after sees it; if not (stream broke), keep polling quickly.
                     await anyio.sleep(POLL_S)
                     continue
-                with anyio.move_on_after(POLL_S if not exec_started else RUNNING_POLL_S):
+                with anyio.move_on_after(POLL_S if not st["exec"] else RUNNING_POLL_S):
                     await logs_done.wait()
 
     async def stream_logs() -> None:
         try:
             async with agent(prov, handle, 0) as c:
-                async for chunk in c.tail_logs(job_id, follow=True):
+                async for phase, chunk in c.tail_log_chunks(job_id, follow=True):
+                    st["untagged"] = st["untagged"] or not phase
+                    if phase == "setup" and chunk:
+                        await setup_started()
+                    elif phase == "run":
+                        await exec_started()
                     ctx.emit({"type": "job_log", "text": chunk.decode("utf-8", "replace")})
         finally:
             logs_done.set()
@@ -100,6 +122,10 @@ async def follow_job(
         with anyio.move_on_after(5):
             await logs_done.wait()
         tg.cancel_scope.cancel()
+    status = final.get("status")
+    await exec_started(failed_setup=status == "FAILED_SETUP")
+    if st["exec"]:
+        await ctx.stage("EXEC", "done" if status == "SUCCEEDED" else "failed", status=status)
     await cdb.upsert_jobs(store, name, [final])
     await cdb.touch(store, name)
     result.update(status=final.get("status"), exit_code=final.get("exit_code"))

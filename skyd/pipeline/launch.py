@@ -100,7 +100,8 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         for t in dag.tasks:
             for w in t.validate():
                 ctx.log(f"warning: {w}")
-        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"), store=ctx.store)
+        return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
+                                    catalog_dir=payload.get("catalog_dir"), store=ctx.store)
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")

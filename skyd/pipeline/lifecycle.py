@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 
+from skyd import human
 from skyd.clouds.base import (
     NODE_PREEMPTED,
     NODE_RUNNING,
@@ -157,7 +158,7 @@ async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         ctx.log(
             f"Autostop cancelled for {name}."
             if cancel
-            else f"{name}: {'down' if down else 'stop'} after {minutes} idle minute(s)."
+            else f"{name}: {'down' if down else 'stop'} after {human.minutes(minutes)} idle."
         )
     return {"clusters": names, "idle_minutes": None if cancel else minutes, "down": down}
 
@@ -170,19 +171,25 @@ async def run_cancel(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint="nothing runs on it")
     ids = payload.get("job_ids") or []
     prov = get_cloud(handle.cloud).provisioner()
+    finished: dict[int, str] = {}
     async with agent(prov, handle) as c:
         if not payload.get("all") and ids:
-            known = {int(j["job_id"]) for j in await c.job_queue()}
+            known = {int(j["job_id"]): str(j["status"]) for j in await c.job_queue()}
             missing = [i for i in ids if int(i) not in known]
             if missing:
                 raise NotFoundError(
                     f"job(s) {', '.join(map(str, missing))} not found on cluster {name!r}",
                     hint=f"`skyd queue {name}` lists its jobs",
                 )
+            finished = {int(i): known[int(i)] for i in ids if known[int(i)] in cdb.TERMINAL_JOB}
         cancelled = await c.cancel_jobs(None if payload.get("all") else [int(i) for i in ids])
         await cdb.upsert_jobs(ctx.store, name, await c.job_queue())
-    ctx.log(f"Cancelled job(s) {', '.join(map(str, cancelled)) or 'none'} on {name}.")
-    return {"cluster": name, "cancelled": cancelled}
+    for jid, status in finished.items():
+        ctx.log(f"Job {jid} on {name} had already finished ({status}); nothing to cancel.")
+    if cancelled or not finished:
+        ctx.log(f"Cancelled job(s) {', '.join(map(str, cancelled)) or 'none'} on {name}.")
+    return {"cluster": name, "cancelled": cancelled,
+            "already_finished": {str(k): v for k, v in finished.items()}}
 
 
 async def _targets(store: Any, payload: dict[str, Any]) -> list[str]:

@@ -1,15 +1,18 @@
 """OPTIMIZE: from a Task to a ranked list of launchable choices, through the solver.
 
-Which infras take part (decision recorded in docs/pipeline.md):
-- clouds whose catalog is enabled (SKYD_CATALOG_DIR files, or credentials) AND that this
-  build can provision (a registered Cloud); `--dryrun` plans over every enabled catalog;
-- dynamic infras: `ssh` pools when configured, and `local` -- the embedded default, used
-  when nothing else is enabled or when the task pins `infra: local`.
+One planning function, :func:`plan_dag`, serves `launch` and `--dryrun` alike (decision
+recorded in docs/pipeline.md). It solves twice over the same rows:
+- the launch plan, over what can launch now: clouds whose catalog is enabled
+  (SKYD_CATALOG_DIR files, or credentials) AND that this build can provision (a registered
+  Cloud), plus dynamic infras: `ssh` pools when configured, and `local` -- the embedded
+  default, used when nothing else is enabled or when the task pins `infra: local`;
+- the wide view, over every catalog, shown beside it with how to enable each infra.
+`launch` runs the launch plan's choice; `--dryrun` shows that same choice, marked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from skyd.clouds.base import ClusterHandle, get_cloud, registered_clouds
@@ -17,7 +20,8 @@ from skyd.clouds.offering import Offering
 from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
-__all__ = ["Block", "Choice", "plan_task", "dryrun", "check_fits", "to_request"]
+__all__ = ["Block", "Choice", "Planned", "RankedChoices", "plan_dag", "plan_task", "dryrun",
+           "check_fits", "to_request"]
 
 
 @dataclass(frozen=True)
@@ -118,13 +122,24 @@ def _enabled_catalog_clouds(
     return enabled
 
 
-def _catalog_for(
-    tasks: list[Any], *, launchable_only: bool, ok_clouds: set[str] | None = None
-) -> Any:
-    """`ok_clouds`: the providers whose (cached) check passed; see skyd.pipeline.cloudcheck."""
-    from skyd.clouds.catalog import load_catalog
+def catalog_at(catalog_dir: str | None) -> Any:
+    from pathlib import Path
 
-    catalog = load_catalog()
+    from skyd.clouds.catalog import load_catalog
+    from skyd.errors import InvalidSpecError
+
+    if catalog_dir and not Path(catalog_dir).is_dir():
+        raise InvalidSpecError(f"SKYD_CATALOG_DIR {catalog_dir!r} is not a directory",
+                               field="SKYD_CATALOG_DIR",
+                               hint="point it at a directory of <cloud>.csv files, or unset it")
+    return load_catalog(catalog_dir or None)
+
+
+def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | None = None,
+                 ok_clouds: set[str] | None = None) -> Any:
+    """`ok_clouds`: the providers whose (cached) check passed (skyd.pipeline.cloudcheck);
+    None: check them now."""
+    catalog = catalog_at(catalog_dir)
     pins = _pins(tasks)
     registered = set(registered_clouds())
     for r in (r for t in tasks for r in t.resources):
@@ -135,9 +150,9 @@ def _catalog_for(
     for name in registered_clouds():
         if name in catalog.clouds or name == "local":
             continue
-        if ok_clouds is not None and name not in ok_clouds:
-            continue
         cloud = get_cloud(name)
+        if not (name in ok_clouds if ok_clouds is not None else _check_now(cloud)):
+            continue
         offs = cloud.dynamic_offerings()
         if offs:
             extra.extend(offs)
@@ -161,15 +176,20 @@ def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
     return blocks, why
 
 
-def _check_now(cloud: Any) -> bool:
+def _check_result(cloud: Any) -> tuple[bool, str]:
     """``cloud.check()`` from synchronous code (a worker thread of the loop, or none)."""
     import anyio
     import anyio.from_thread
 
     try:
-        return bool(anyio.from_thread.run(cloud.check)[0])
+        ok, reason = anyio.from_thread.run(cloud.check)
     except RuntimeError:  # not in a worker thread: no loop to borrow
-        return bool(anyio.run(cloud.check)[0])
+        ok, reason = anyio.run(cloud.check)
+    return bool(ok), str(reason)
+
+
+def _check_now(cloud: Any) -> bool:
+    return _check_result(cloud)[0]
 
 
 def check_capacity(task: Any) -> None:
@@ -196,39 +216,94 @@ def check_capacity(task: Any) -> None:
     )
 
 
-def _solve_dag(
-    tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
-    launchable_only: bool, ok_clouds: set[str] | None = None,
-) -> list[Any]:
-    from skyd.solver import optimize
-
-    catalog = _catalog_for(tasks, launchable_only=launchable_only, ok_clouds=ok_clouds)
-    dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
-    cap_blocks, why = _capacity_blocks(tasks)
-    try:
-        return list(optimize(dag, catalog, minimize=minimize, blocked=[*blocked, *cap_blocks]))
-    except ResourcesUnavailableError:
-        if not why:
-            raise
-        big = max(int(t.num_nodes or 1) for t in tasks)
-        raise InvalidSpecError(
-            f"num_nodes {big} is more than any infra here can hold: " + "; ".join(why),
-            field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
-        ) from None
-
-
-def _solve(
-    task: Any, blocked: list[Block], minimize: str, launchable_only: bool,
-    ok_clouds: set[str] | None = None,
-) -> list[Any]:
-    return _solve_dag([task], [], blocked, minimize, launchable_only, ok_clouds)
-
-
-async def _ok_clouds(store: Any | None) -> set[str]:
-    """Providers whose check passed (cached in SQLite when there is a store)."""
+async def _checks(store: Any | None) -> dict[str, Any]:
+    """Every provider's check result (cached in SQLite when there is a store)."""
     from skyd.pipeline import cloudcheck
 
-    return cloudcheck.enabled(await cloudcheck.checks(store))
+    return await cloudcheck.checks(store)
+
+
+def _ok(checks: dict[str, Any] | None) -> set[str] | None:
+    return None if checks is None else {n for n, r in checks.items() if r.ok}
+
+
+def how_to_enable(cloud: str, checks: dict[str, Any] | None = None) -> str:
+    """What makes ``cloud`` launchable here: the config or credential to set, or why not.
+    ``checks``: the providers' (cached) check results, else the check runs now."""
+    from skyd.clouds.catalog import IMPLEMENTED
+
+    if cloud in registered_clouds():
+        if checks is not None and cloud in checks:
+            return "" if checks[cloud].ok else str(checks[cloud].reason)
+        ok, reason = _check_result(get_cloud(cloud))
+        return "" if ok else reason
+    if not IMPLEMENTED.get(cloud, False):
+        return (f"catalog only: no {cloud} provider in this build yet (no credential enables "
+                "it); its prices are shown to compare")
+    return f"no {cloud} credentials found"
+
+
+@dataclass
+class Planned:
+    """What :func:`plan_dag` returns: the launch plan and the wide view beside it."""
+
+    plans: list[Any]  # ranked solver plans over what can launch now; [] when nothing can
+    error: ResourcesUnavailableError | None  # why nothing can launch now (plans == [])
+    wide: list[Any]  # the same DAG over every catalog; [] when nothing fits anywhere
+    launchable: frozenset[str]  # infras that can launch now
+    how: dict[str, str] = field(default_factory=dict)  # infra -> how to enable it
+
+    def best(self) -> Any:
+        """The plan launch runs (or, when nothing can launch now, the wide view's best)."""
+        return self.plans[0] if self.plans else (self.wide[0] if self.wide else None)
+
+
+def plan_dag(
+    tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
+    catalog_dir: str | None = None, checks: dict[str, Any] | None = None,
+) -> Planned:
+    """The one planning function of `launch` and `--dryrun` (sync: run it in a thread).
+    ``checks``: the providers' (cached) check results; only those that pass launch."""
+    from skyd.solver import optimize
+
+    dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
+    catalog = _catalog_for(tasks, launchable_only=True, catalog_dir=catalog_dir,
+                           ok_clouds=_ok(checks))
+    launchable = frozenset(catalog.enabled)
+    plans: list[Any] = []
+    error: ResourcesUnavailableError | None = None
+    cap_blocks, why = _capacity_blocks(tasks)
+    try:
+        plans = list(optimize(dag, catalog, minimize=minimize, blocked=[*blocked, *cap_blocks]))
+    except ResourcesUnavailableError as e:
+        if why:
+            big = max(int(t.num_nodes or 1) for t in tasks)
+            raise InvalidSpecError(
+                f"num_nodes {big} is more than any infra here can hold: " + "; ".join(why),
+                field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
+            ) from None
+        error = e
+    wide_cat = catalog.with_enabled(set(catalog.clouds))
+    try:
+        wide = list(optimize(dag, wide_cat, minimize=minimize, max_plans=1))
+    except ResourcesUnavailableError:
+        wide = []
+    shown = {c.cloud for p in plans[:1] + wide[:1] for t in p.tasks for c in [t.chosen, *t.alternatives]}
+    how = {c: how_to_enable(c, checks) for c in sorted(shown - launchable)}
+    # Infras this build can provision but that are not set up (ssh pools, credentials):
+    # what to configure, even when no catalog row of theirs shows (they have none yet).
+    for name in registered_clouds():
+        if name not in launchable and name not in how:
+            reason = how_to_enable(name, checks)
+            if reason:
+                how[name] = reason
+    return Planned(plans, error, wide, launchable, how)
+
+
+class RankedChoices(list[Choice]):
+    """Launchable choices, best first, with the plan table that shows them (``table``)."""
+
+    table: str = ""
 
 
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
@@ -254,18 +329,23 @@ def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     return out
 
 
-async def plan_task(
-    task: Any, *, blocked: list[Block], minimize: str = "cost", store: Any | None = None
-) -> list[Choice]:
-    """Ranked launchable choices for one task, best first (zones expanded for failover).
-    `store`: where the cloud checks are cached (probed now when missing or stale)."""
+async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
+                    catalog_dir: str | None = None, store: Any | None = None) -> RankedChoices:
+    """Ranked launchable choices for one task, best first (zones expanded for failover);
+    ``.table`` is the plan as `--dryrun` shows it. ``store``: where the cloud checks are
+    cached (probed now when missing or stale)."""
     import anyio
 
-    ok = await _ok_clouds(store)
-    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
-    choices: list[Choice] = []
+    from skyd.pipeline.plan_view import format_planned
+
+    checks = await _checks(store)
+    planned = await anyio.to_thread.run_sync(plan_dag, [task], [], blocked, minimize, catalog_dir,
+                                             checks)
+    if planned.error is not None:
+        raise planned.error
+    choices = RankedChoices()
     seen: set[tuple[Any, ...]] = set()
-    for plan in plans:
+    for plan in planned.plans:
         tp = plan.tasks[0]
         for cand in [tp.chosen, *tp.alternatives]:
             for off, spot, cost in _offerings_of(cand):
@@ -276,23 +356,26 @@ async def plan_task(
                 choices.append(Choice(off, spot, cost, int(cand.num_nodes)))
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
+    choices.table = format_planned(planned)
     return choices
 
 
-async def dryrun(dag: Any, *, minimize: str = "cost", store: Any | None = None) -> dict[str, Any]:
-    """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included),
-    over every enabled catalog, launchable here or not."""
+async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = None,
+                 store: Any | None = None) -> dict[str, Any]:
+    """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included):
+    the choice `launch` would run, beside every catalog's offers and how to enable them."""
     import anyio
 
-    from skyd.solver import format_plan_table, plan_to_json
+    from skyd.pipeline.plan_view import planned_to_json
 
-    ok = await _ok_clouds(store)
-    plans = await anyio.to_thread.run_sync(
-        _solve_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, False, ok)
-    out = plan_to_json(plans[0])
-    out["table"] = format_plan_table(plans[0])
-    out["dryrun"] = True
-    return dict(out)
+    checks = await _checks(store)
+    planned = await anyio.to_thread.run_sync(
+        plan_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, catalog_dir,
+        checks)
+    if planned.best() is None:
+        assert planned.error is not None
+        raise planned.error
+    return planned_to_json(planned)
 
 
 def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:

@@ -283,8 +283,9 @@ async def provision_cluster(
     while True:
         await ctx.stage("OPTIMIZE", "start")
         try:
-            choices = await planner.plan_task(task, blocked=blocked,
-                                              minimize=payload.get("minimize", "cost"), store=store)
+            ranked = await planner.plan_task(task, blocked=blocked,
+                                             minimize=payload.get("minimize", "cost"),
+                                             catalog_dir=payload.get("catalog_dir"), store=store)
         except ResourcesUnavailableError as e:
             await ctx.stage("OPTIMIZE", "failed")
             if not payload.get("retry_until_up") or not blocked:
@@ -294,8 +295,8 @@ async def provision_cluster(
             gap = min(gap * 2, 600)
             blocked = list(payload.get("blocked") or [])
             continue
-        choices = supported_choices(ctx, task, name, choices)
-        await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe())
+        choices = supported_choices(ctx, task, name, ranked)
+        await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe(), plan=ranked.table)
         for choice in choices:
             if _blocked(choice, blocked):
                 continue

@@ -127,13 +127,14 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
 
 
 async def _check(ctx: Any, request: Any) -> Any:
-    """Every infra this daemon knows: can it launch, can it only be planned, and why.
-    Providers are probed now (credential checks may use the network) and the answers
-    cached in SQLite for launches (`?cached=1` answers from the cache when fresh)."""
+    """Every infra this daemon knows: can it launch, is it shown in plans (`--dryrun` plans
+    over every catalog), and why / how to enable it. Providers are probed now (credential
+    checks may use the network) and the answers cached in SQLite for launches (`?cached=1`
+    answers from the cache when fresh). ?catalog_dir= is the caller's SKYD_CATALOG_DIR."""
     from skyd.clouds.base import registered_clouds
-    from skyd.clouds.catalog import IMPLEMENTED, load_catalog
+    from skyd.pipeline.planner import catalog_at, how_to_enable
 
-    catalog = await anyio.to_thread.run_sync(load_catalog)
+    catalog = await anyio.to_thread.run_sync(catalog_at, request.query.get("catalog_dir") or None)
     out = []
     registered = set(registered_clouds())
     refresh = request.query.get("cached") not in ("1", "true")
@@ -145,11 +146,10 @@ async def _check(ctx: Any, request: Any) -> Any:
     for name in catalog.clouds:
         if name in registered:
             continue
-        planned = name in catalog.enabled
-        why = "planning only (SKYD_CATALOG_DIR)" if planned else (
-            "catalog only: no provider module in this build yet"
-            if not IMPLEMENTED.get(name) else "no credentials found")
-        out.append({"infra": name, "launch": False, "plan": planned, "reason": why})
+        why = how_to_enable(name)
+        if name in catalog.enabled:
+            why = "SKYD_CATALOG_DIR: " + why
+        out.append({"infra": name, "launch": False, "plan": True, "reason": why})
     return out
 
 

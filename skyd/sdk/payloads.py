@@ -123,7 +123,15 @@ def launch_payload(source: dict[str, Any], *, cluster_name: str | None = None,
     return {**source, "cluster_name": cluster_name, "env": env or {},
             "secrets": resolve_secrets(secrets), "dryrun": dryrun, "detach_run": detach_run, "idle_minutes": idle_minutes, "down": down,
             "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
-            "overrides": overrides(**resource_overrides)}  # fmt: skip
+            "overrides": overrides(**resource_overrides),
+            "catalog_dir": catalog_dir()}  # fmt: skip
+
+
+def catalog_dir() -> str | None:
+    """The caller's SKYD_CATALOG_DIR, sent with each request: a running daemon plans with
+    the catalogs of the shell that asks, not of the one that started it."""
+    d = os.environ.get("SKYD_CATALOG_DIR") or None
+    return os.path.abspath(d) if d else None
 
 
 def exec_payload(source: dict[str, Any], *, cluster_name: str,

@@ -134,7 +134,14 @@ def _source_rows(req: ResourceRequest, cat: Catalog) -> tuple[Sequence[Offering]
         rows += [o for c in _dynamic_clouds(cat) for o in cat.by_cloud(c)]
         return rows, None if rows else "no CPU-only instance with 8+ vCPUs and 4+ GiB per vCPU"
     if req.cpus is not None:
-        return cat.cpu_only(req.cpus, exact=not req.cpus_plus), None
+        rows = cat.cpu_only(req.cpus, exact=not req.cpus_plus)
+        if req.memory_gib is None:
+            # SkyPilot's default instance for `cpus: N` without memory: 4 GiB per vCPU
+            # (AWS: m6i/r6i, not the cheaper 2 GiB c6i), so the same YAML costs the same.
+            dyn = set(_dynamic_clouds(cat))
+            rows = [o for o in rows
+                    if o.cloud in dyn or o.memory_gib >= DEFAULT_MEM_PER_CPU * o.vcpus]
+        return rows, None
     return cat.cpu_only(0.0), None
 
 

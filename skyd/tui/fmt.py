@@ -72,7 +72,9 @@ def autostop(row: dict[str, Any]) -> str:
     m = row.get("autostop_minutes")
     if m is None or m < 0:
         return "-"
-    return f"{m}m{' down' if row.get('autostop_down') else ''}"
+    from skyd.human import minutes
+
+    return f"{minutes(m)}{' down' if row.get('autostop_down') else ''}"
 
 
 def cluster_cells(row: dict[str, Any], now: float | None = None) -> tuple[str, ...]:

@@ -115,6 +115,7 @@ class TailLogsRequest(betterproto.Message):
 @dataclass(eq=False, repr=False)
 class LogChunk(betterproto.Message):
     data: bytes = betterproto.bytes_field(1)
+    phase: str = betterproto.string_field(2)
 
 
 @dataclass(eq=False, repr=False)

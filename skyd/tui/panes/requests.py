@@ -13,6 +13,8 @@ from skyd.tui.panes.base import TablePane
 
 MAX_FOLLOWERS = 8
 STAGE_COL = 3
+AGE_COL = 5
+TICK_S = 1.0
 
 
 class RequestsPane(TablePane):
@@ -27,6 +29,18 @@ class RequestsPane(TablePane):
         super().__init__(id=id)
         self.stages: dict[str, str] = {}
         self._following: set[str] = set()
+
+    def on_mount(self) -> None:
+        # (Textual runs TablePane.on_mount too: handlers run for every class in the MRO.)
+        # Ages and durations move on between daemon events: re-render them locally each
+        # second (no daemon call), so the tab stays live while nothing is published.
+        self.set_interval(TICK_S, self.tick)
+
+    def tick(self) -> None:
+        for idx, key in enumerate(getattr(self, "_order", [])):
+            row = self.rows.get(key)
+            if row is not None and idx < self.table.row_count:
+                self.table.update_cell_at(Coordinate(idx, AGE_COL), self.cells(row)[AGE_COL])
 
     async def fetch(self) -> list[dict[str, Any]] | None:
         return list(await self.client.requests_ls(limit=200))

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, DirectoryTree, Footer, Input, Label, Static
 
 from skyd.errors import InvalidSpecError, SkydError
+from skyd.sdk.payloads import catalog_dir
 from skyd.tui import fmt
 
 
@@ -30,7 +31,7 @@ def build_payload(path: str, *, cluster: str, gpus: str, infra: str, spot: bool,
                   num_nodes: str, dryrun: bool) -> dict[str, Any]:
     """The ``launch`` request body for the form's values (raises InvalidSpecError)."""
     if not path:
-        raise InvalidSpecError("choose a task YAML", field="path", hint="type a path or browse (b)")
+        raise InvalidSpecError("choose a task YAML", field="path", hint="type a path or browse (ctrl+b)")
     p = Path(path).expanduser()
     try:
         text = p.read_text()
@@ -55,7 +56,7 @@ def build_payload(path: str, *, cluster: str, gpus: str, infra: str, spot: bool,
     return {
         "yaml": text, "yaml_path": str(p.resolve()), "base_dir": str(p.resolve().parent),
         "env": {}, "cluster_name": cluster.strip() or None, "overrides": overrides,
-        "dryrun": dryrun, "detach_run": False,
+        "dryrun": dryrun, "detach_run": False, "catalog_dir": catalog_dir(),
     }
 
 
