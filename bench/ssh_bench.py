@@ -1,11 +1,16 @@
 """SSH infra benchmarks over loopback SSH (fake asyncssh hosts; --sshd adds real OpenSSH sync).
 
     .venv/bin/python bench/ssh_bench.py [--files 10000] [--size 10240] [--deploys 5] [--sshd]
+    .venv/bin/python bench/ssh_bench.py --paths [--calls 50] [--sshd]
 
 1. First agent deployment to a fresh host: provision() of a 1-node cluster (probe, upload the
    zipapp, write the token, start the agent, read agent.json) + one health call through the
    SSH forward. Zipapp build time reported separately (once per daemon).
 2. Workdir sync of N small files: rsync vs SFTP, first sync and no-change re-sync.
+3. (--paths) One agent call on a fresh connection (connect + Health), by how the daemon
+   reaches the agent: SSH port forward, or exec relay (host refusing TCP forwarding) with and
+   without pre-opened spare pipes. Fake asyncssh hosts; --sshd adds real OpenSSH with
+   AllowTcpForwarding yes / no.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 async def bench_deploy(tmp: Path, n: int) -> None:
     from skyd.clouds.base import ProvisionRequest
     from skyd.clouds.offering import Offering
-    from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_zipapp
+    from skyd.clouds.ssh.provisioner import SSHProvisioner
     from skyd.nodeagent.client import AgentClient
+    from skyd.transports.agent_deploy import agent_zipapp
     from tests.fakes.sshhost import FakeSSHHost, make_keypair, write_pools
 
     t0 = time.perf_counter()
@@ -65,8 +71,8 @@ def make_files(src: Path, n: int, size: int) -> None:
 
 
 async def bench_sync(tmp: Path, n: int, size: int, use_sshd: bool) -> None:
-    from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport
-    from skyd.pipeline.sync import sync_to_remote
+    from skyd.transports.ssh import SSHTarget, SSHTransport
+    from skyd.transports.sync import sync_to_remote
     from tests.fakes.sshhost import FakeSSHHost, make_keypair
 
     src = tmp / "src"
@@ -109,17 +115,87 @@ async def bench_sync(tmp: Path, n: int, size: int, use_sshd: bool) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+async def bench_paths(tmp: Path, calls: int, use_sshd: bool) -> None:
+    import contextlib
+    import shutil
+
+    import yaml
+
+    from skyd.clouds.base import ProvisionRequest
+    from skyd.clouds.offering import Offering
+    from skyd.clouds.ssh.provisioner import SSHProvisioner
+    from skyd.nodeagent.client import AgentClient
+    from skyd.transports.agent_deploy import agent_zipapp
+    from tests.fakes.sshhost import FakeSSHHost, make_keypair
+
+    zipapp = await agent_zipapp()
+    priv, pub = make_keypair(tmp / "keys")
+    pools: dict[str, dict[str, object]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for i, (name, allow) in enumerate((("fake-forward", True), ("fake-relay", False))):
+            h = await stack.enter_async_context(
+                FakeSSHHost(tmp / name, f"127.0.0.{i + 2}", pub, allow_forwarding=allow))
+            pools[name] = {"user": "skyd", "identity_file": str(priv), "hosts": [{"ip": h.host, "port": h.port}]}
+        if use_sshd:
+            from tests.fakes.sshd import real_sshd, unavailable_reason
+
+            why = unavailable_reason()
+            if why:
+                print(f"  [real sshd] skipped: {why}")
+            else:
+                for i, (name, allow) in enumerate((("sshd-forward", True), ("sshd-relay", False))):
+                    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp"))
+                    stack.callback(shutil.rmtree, work, True)
+                    s = await stack.enter_async_context(real_sshd(work, port=2240 + i, allow_tcp_forwarding=allow))
+                    pools[name] = {"user": s.user, "identity_file": str(s.key),
+                                   "hosts": [{"ip": s.host, "port": s.port}]}  # fmt: skip
+        cfg = Path(os.environ["SKYD_CONFIG_DIR"])
+        cfg.mkdir(parents=True, exist_ok=True)
+        (cfg / "ssh_node_pools.yaml").write_text(yaml.safe_dump(pools))
+        p = SSHProvisioner(zipapp=zipapp)
+        try:
+            for name in pools:
+                off = Offering("ssh", "", None, 0, 0, 0, name, None, 0.0, None)
+                handle = await p.provision(ProvisionRequest(f"p-{name}", 1, off, False), lambda m: None)
+                host, port = await p.agent_endpoint(handle, 0)
+                relays = p._node_transport(handle.head)._relays
+                modes = [("", None)] if not relays else [("spares", 2), ("no spares", 0)]
+                for label, spares in modes:
+                    for r in relays.values():
+                        r.spares = spares if spares is not None else r.spares
+                    xs = []
+                    for _ in range(calls):
+                        t0 = time.perf_counter()
+                        async with AgentClient(host, port, handle.token) as c:
+                            assert await c.health()
+                        xs.append(time.perf_counter() - t0)
+                        await anyio.sleep(0.02)  # agent calls come in bursts, not back to back
+                    kind = name.split("-")[0]
+                    path = "port forward" if not relays else f"exec relay ({label})"
+                    print(f"  [{'asyncssh fake host' if kind == 'fake' else 'real OpenSSH'}] "
+                          f"{path:26s} fresh connection + Health: median {statistics.median(xs) * 1000:6.1f} ms "
+                          f"(min {min(xs) * 1000:.1f}, max {max(xs) * 1000:.1f}, n={calls})")  # fmt: skip
+                await p.terminate(handle, lambda m: None)
+        finally:
+            await p.close()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--size", type=int, default=10_240)
     ap.add_argument("--deploys", type=int, default=5)
     ap.add_argument("--sshd", action="store_true", help="also sync to a real OpenSSH (root)")
+    ap.add_argument("--paths", action="store_true", help="agent call latency: port forward vs exec relay")
+    ap.add_argument("--calls", type=int, default=50)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skyd-sshbench-"))
     os.environ["SKYD_HOME"] = str(tmp / "skyd")
     os.environ["SKYD_CONFIG_DIR"] = str(tmp / "config")
     try:
+        if a.paths:
+            await bench_paths(tmp, a.calls, a.sshd)
+            return
         await bench_deploy(tmp, a.deploys)
         await bench_sync(tmp, a.files, a.size, a.sshd)
     finally:
