@@ -40,6 +40,9 @@ class GCPProvisioner(Provisioner):
         self._conf: dict[str, Any] = {}
         self._ssh = SSHProvisioner()
         self._zipapp: tuple[Path, str] | None = None
+        # tag -> whether this process sent a create for it: an attempt refused before any
+        # create (e.g. its token) has nothing to clean even when the API refuses us again.
+        self._sent: dict[str, bool] = {}
 
     # -- the API -----------------------------------------------------------------------
 
@@ -90,8 +93,9 @@ class GCPProvisioner(Provisioner):
     # -- provision ---------------------------------------------------------------------
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
-        api = await self.api()
         off, tag = req.offering, req.cluster_tag
+        self._sent.setdefault(tag, False)
+        api = await self.api()
         zone = off.zone
         if not zone:
             raise ResourcesUnavailableError(f"gcp/{off.region}: no zone chosen", scope="region")
@@ -106,6 +110,7 @@ class GCPProvisioner(Provisioner):
                      if n not in want or i.get("status") not in ("PROVISIONING", "STAGING", "RUNNING")]
             if stale:  # found again but not usable (another shape, stopped, preempted)
                 await gather([(self._op, api, "DELETE", f"zones/{zone}/instances/{n}") for n in stale])
+            self._sent[tag] = True
             await self._ensure_firewall(api, tag, list(req.ports), network)
             todo = [n for n in want if n not in have or n in stale]
             bodies = [instances.instance_body(req, want[n], zone, ssh_user=user, public_key=pub,
@@ -235,7 +240,12 @@ class GCPProvisioner(Provisioner):
         log(f"Deleted {n} instance(s) and the firewall rule of {handle.cluster_name!r}")
 
     async def forget(self, partial: PartialHandle) -> None:
-        await self._remove(partial.zone, partial.tag, [])
+        try:
+            await self._remove(partial.zone, partial.tag, [])
+        except CredentialsError:
+            if self._sent.get(partial.tag) is False:  # refused before anything was made
+                return
+            raise
 
     async def _remove(self, zone: str | None, tag: str, names: list[str]) -> int:
         """Delete every instance labelled with ``tag`` in ``zone`` (and ``names``), then the
