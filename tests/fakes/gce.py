@@ -67,6 +67,8 @@ class FakeGCE:
         self.deleted: list[str] = []
         self.calls: list[tuple[str, str]] = []
         self.failures: dict[str, dict[str, Any]] = {}
+        self.fail_next: list[dict[str, Any]] = []  # the next inserts anywhere fail, in order
+        self.server_s = 0.0  # time spent answering compute requests (benchmarks)
         self.absent_types: set[tuple[str, str]] = set()
         self.refuse_tokens = False
         self.tokens: set[str] = set()
@@ -108,7 +110,11 @@ class FakeGCE:
     def absent(self, zone: str, machine_type: str) -> None:
         self.absent_types.add((zone, machine_type))
 
+    def fail_next_inserts(self, n: int, code: str, message: str = "") -> None:
+        self.fail_next = [{"code": code, "message": message or f"{code} (injected)", "skip": 0}] * n
+
     def clear(self) -> None:
+        self.fail_next = []
         self.failures.clear()
         self.absent_types.clear()
         self.refuse_tokens = False
@@ -246,6 +252,13 @@ class FakeGCE:
         return web.json_response({"access_token": tok, "expires_in": 3600, "token_type": "Bearer"})
 
     async def _dispatch(self, request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        try:
+            return await self._serve(request)
+        finally:
+            self.server_s += time.perf_counter() - t0
+
+    async def _serve(self, request: web.Request) -> web.Response:
         self.calls.append((request.method, request.path))
         if request.headers.get("Authorization", "").removeprefix("Bearer ") not in self.tokens:
             return self._err(401, "Request had invalid authentication credentials.", "authError",
@@ -341,7 +354,7 @@ class FakeGCE:
         if name in insts:
             return self._err(409, f"The resource 'projects/{self.project}/zones/{zone}/instances/"
                              f"{name}' already exists", "alreadyExists")
-        fail = self.failures.get(zone)
+        fail = self.failures.get(zone) or (self.fail_next.pop(0) if self.fail_next else None)
         if fail is not None:
             if fail["skip"] > 0:
                 fail["skip"] -= 1
