@@ -225,3 +225,28 @@ async def test_check_credentials(cloud: GCPCloud, gce: FakeGCE, tmp_path: Path,
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "no-such-project")
     ok, why = await GCPCloud().check()
     assert not ok and "'no-such-project' does not exist" in why
+
+
+@pytest.mark.parametrize(("errors", "scope"), [
+    ([("notFound", "The resource 'projects/p/global/images/my-img' was not found")], "stop"),
+    ([("SUBNET_NOT_FOUND_FOR_VPC", "no subnet in us-east1")], "region"),
+    ([("invalid", "Requested disk size cannot be smaller than the image size (100 GB)")], "cloud"),
+    ([("notFound", "The resource 'projects/p/zones/z/acceleratorTypes/nvidia-tesla-v100' was not found")], "zone"),
+    # the widest scope any entry implies wins
+    ([("ZONE_RESOURCE_POOL_EXHAUSTED", "no capacity"), ("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded")], "region"),
+])
+def test_classify_more_codes(errors: list[tuple[str, str]], scope: str) -> None:
+    from skyd.clouds.gcp.api import GCEError
+    from skyd.clouds.gcp.classify import classify
+
+    err = classify(GCEError(400, errors), where="gcp/us-east1/us-east1-b")
+    assert isinstance(err, ResourcesUnavailableError) and err.scope == scope
+    if scope == "stop":
+        assert err.field == "resources.image_id" and err.hint and "images list" in err.hint
+
+
+def test_classify_401_is_a_credentials_error() -> None:
+    from skyd.clouds.gcp.api import GCEError
+    from skyd.clouds.gcp.classify import classify
+
+    assert isinstance(classify(GCEError(401, [("authError", "bad token")]), where="gcp/x"), CredentialsError)
