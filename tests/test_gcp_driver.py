@@ -97,7 +97,7 @@ async def test_gpu_spot_instance_with_labels_and_ports_then_stop_start_preempt_d
                                           "acceleratorCount": 1}]
     sched = body["scheduling"]
     assert (sched["onHostMaintenance"], sched["provisioningModel"], sched["instanceTerminationAction"]) == (
-        "TERMINATE", "SPOT", "STOP")
+        "TERMINATE", "SPOT", "DELETE")
     labels = body["labels"]
     assert labels["skyd-cluster"] == "gpu1-abc123" and labels["skyd-rank"] == "0"
     assert labels["team"].startswith("ml-research")  # made a valid label value
@@ -121,11 +121,10 @@ async def test_gpu_spot_instance_with_labels_and_ports_then_stop_start_preempt_d
     handle = await prov.start(handle, lambda _m: None)
     assert await prov.query(handle) == [NODE_RUNNING] and await _healthy(cloud, handle)
 
-    gce.preempt(node.instance_id)
-    assert await prov.query(handle) == [NODE_PREEMPTED]
+    gce.preempt(handle.nodes[0].instance_id)
+    assert await prov.query(handle) == [NODE_PREEMPTED]  # gone, and GCE says it was preempted
+    await prov.terminate(handle, lambda _m: None)  # the firewall rule; idempotent
     await prov.terminate(handle, lambda _m: None)
-    assert await prov.query(handle) == [NODE_TERMINATED]
-    await prov.terminate(handle, lambda _m: None)  # idempotent
 
 
 async def test_two_nodes_found_again_by_label(cloud: GCPCloud, gce: FakeGCE) -> None:
@@ -139,6 +138,7 @@ async def test_two_nodes_found_again_by_label(cloud: GCPCloud, gce: FakeGCE) -> 
     assert h2.nodes[0].extra["listen_host"] == h2.nodes[0].internal_ip  # workers reach the head
     assert await _healthy(cloud, h2)
     await prov.terminate(h2, lambda _m: None)
+    assert await prov.query(h2) == [NODE_TERMINATED, NODE_TERMINATED]  # deleted, not preempted
 
 
 def test_accelerator_optimized_types_carry_their_gpus() -> None:

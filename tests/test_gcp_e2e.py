@@ -88,8 +88,26 @@ def test_launch_exec_down_through_the_gcp_driver(env: GEnv, gce: FakeGCE, tmp_pa
     assert len(gce.live()) == 2 and all(ip.startswith("127.0.0.") for ip in gce.handed_out)
     r = env.ok("exec", "g1", "echo exec-on-gce")
     assert "exec-on-gce" in r.stdout
+    env.ok("stop", "g1", "-y")
+    assert env.status("g1")["status"] == "STOPPED"  # type: ignore[index]
+    assert {i["status"] for i in gce.live()} == {"TERMINATED"}
+    env.ok("start", "g1", "-y", timeout=120)
+    assert {i["status"] for i in gce.live()} == {"RUNNING"}
+    r = env.ok("exec", "g1", "echo after-start-$SKYPILOT_NODE_RANK")
+    assert "after-start-0" in r.stdout and "after-start-1" in r.stdout, r.stdout
     env.ok("down", "g1", "-y")
     _nothing_left(gce)
+
+
+def test_spot_preemption_is_seen_and_nothing_is_left(env: GEnv, gce: FakeGCE, tmp_path: Path) -> None:
+    y = write(tmp_path / "spot.yaml", TASK.replace("cpus: 2", "cpus: 2\n  use_spot: true"))
+    env.ok("launch", "-y", "-c", "gspot", str(y), timeout=180)
+    (inst,) = gce.live()
+    assert inst["scheduling"]["provisioningModel"] == "SPOT"
+    gce.preempt(inst["name"])
+    env.ok("status", "-r")
+    assert env.status("gspot") is None  # the provider said preempted: the cluster is gone
+    _nothing_left(gce)  # and so is its firewall rule
 
 
 def test_failover_walks_exhausted_zones_then_a_quota_limited_region(

@@ -50,8 +50,18 @@ def gcp_module_env(tmp_path_factory: pytest.TempPathFactory, gce: FakeGCE) -> It
     base = tmp_path_factory.mktemp("gcpenv")
     creds = gce.service_account_file(base / "sa.json")
     log = base / "netguard.log"
-    log.write_text("")
     env_vars = gcp_environ(gce, creds, log) | {"SKYD_PROVISION_TIMEOUT_S": "60"}
+    with guarded_module_env(tmp_path_factory, log, env_vars) as e:
+        yield e
+
+
+@contextmanager
+def guarded_module_env(tmp_path_factory: pytest.TempPathFactory, log: Path,
+                       env_vars: dict[str, str]) -> Iterator[GEnv]:
+    """module_env (tests/test_pipeline_support.py) with the guarded daemon; on exit, the
+    guard's log must be empty."""
+    log.write_text("")
+    env_vars = env_vars | {"SKYD_NETGUARD_LOG": str(log)}
     import tests.test_pipeline_support as tps
 
     real = tps.Env

@@ -172,6 +172,22 @@ async def _ok_clouds(store: Any | None) -> set[str]:
     return cloudcheck.enabled(await cloudcheck.checks(store))
 
 
+async def _add_check_reasons(e: ResourcesUnavailableError, task: Any, ok: set[str],
+                             store: Any | None) -> None:
+    """A task pinned to providers whose check failed: say why each failed (the check's own
+    reason names the fix, e.g. which credentials are missing) in the error's hint."""
+    from skyd.pipeline import cloudcheck
+
+    pinned = {r.cloud for r in (getattr(task, "resources", None) or []) if getattr(r, "cloud", None)}
+    failed = sorted((pinned & set(registered_clouds())) - ok)
+    if not failed:
+        return
+    results = await cloudcheck.checks(store, failed)
+    why = "; ".join(f"{c}: {results[c].reason}" for c in failed if c in results and results[c].reason)
+    if why:
+        e.hint = why + (f"; {e.hint}" if e.hint else "")
+
+
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     """A solver choice -> one launchable Offering per zone, in its failover order."""
     acc = next(iter(c.accelerators.items()), None) if c.accelerators else None
@@ -203,7 +219,11 @@ async def plan_task(
     import anyio
 
     ok = await _ok_clouds(store)
-    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
+    try:
+        plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
+    except ResourcesUnavailableError as e:
+        await _add_check_reasons(e, task, ok, store)
+        raise
     choices: list[Choice] = []
     seen: set[tuple[Any, ...]] = set()
     for plan in plans:

@@ -20,7 +20,8 @@ Knobs: ``fail(zone, code, message, skip=0)`` (every insert in the zone after the
 ``skip`` fails with that operation error), ``absent(zone, machine_type)``,
 ``refuse_tokens`` (the token endpoint answers invalid_grant), ``revoke()`` (issued tokens
 become invalid), ``pause_at(point)`` (before_create, after_create, before_running) with
-``reached`` / ``release()``, ``preempt(name)``.
+``reached`` / ``release()``, ``preempt(name)`` (the VM is deleted, a ``compute.instances.preempted``
+operation stays).
 """
 
 from __future__ import annotations
@@ -425,13 +426,12 @@ class FakeGCE:
             shutil.rmtree(h.root, ignore_errors=True)
 
     async def _preempt(self, name: str) -> None:
-        for zone, insts in self.instances.items():
+        """A spot preemption: with instanceTerminationAction DELETE the VM goes away."""
+        for zone, insts in list(self.instances.items()):
             inst = insts.get(name)
             if inst is not None:
-                h = self.hosts.get(name)
-                if h is not None:
-                    await h.stop()
-                inst["status"] = "TERMINATED"
+                assert inst["scheduling"].get("instanceTerminationAction") == "DELETE", inst["scheduling"]
+                await self._delete(zone, name)
                 self._op(zone, "compute.instances.preempted", name, target_id=inst["id"])
 
     async def _firewalls(self, request: web.Request, rest: list[str]) -> web.Response:

@@ -9,8 +9,9 @@
   every instance skyd makes is found again by ``labels.skyd-cluster``.
 - GPUs: accelerator-optimized machine types (a2, a3, a4, g2) carry their GPUs; others (n1)
   get ``guestAccelerators``. Any VM with a GPU has ``onHostMaintenance: TERMINATE``.
-- Spot: ``provisioningModel: SPOT`` with ``instanceTerminationAction: STOP`` (a preempted
-  VM stays, TERMINATED, so `query` can tell a preemption from a deletion; `down` deletes it).
+- Spot: ``provisioningModel: SPOT`` with ``instanceTerminationAction: DELETE`` (GCE removes a
+  preempted VM and its disk, so nothing is left billing when the cluster row goes; `query`
+  tells a preemption from a deletion by the zone's ``compute.instances.preempted`` operation).
 - Ports: one firewall rule per cluster, ``skyd-<tag>``, allowing tcp 22 and the task's ports
   to instances with the network tag ``skyd-<tag>`` (firewall rules have no labels: the name
   and description carry the tag).
@@ -47,7 +48,7 @@ ACCELERATOR_OPTIMIZED = ("a2-", "a3-", "a4-", "g2-")
 GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
 CPU_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 
-#: GCE instance status -> node state (TERMINATED is "stopped" unless it was a preemption).
+#: GCE instance status -> node state (a missing spot VM is "preempted" when GCE says so).
 STATUSES = {
     "PROVISIONING": NODE_PENDING, "STAGING": NODE_PENDING, "RUNNING": NODE_RUNNING,
     "STOPPING": NODE_PENDING, "SUSPENDING": NODE_PENDING, "SUSPENDED": NODE_STOPPED,
@@ -157,7 +158,7 @@ def instance_body(req: ProvisionRequest, rank: int, zone: str, *, ssh_user: str,
     if gpu or itype.startswith(ACCELERATOR_OPTIMIZED):
         body["scheduling"]["onHostMaintenance"] = "TERMINATE"  # GPUs cannot live-migrate
     if req.use_spot:
-        body["scheduling"].update(provisioningModel="SPOT", instanceTerminationAction="STOP",
+        body["scheduling"].update(provisioningModel="SPOT", instanceTerminationAction="DELETE",
                                   automaticRestart=False)
     return body
 
@@ -180,11 +181,8 @@ def _port_key(p: str) -> int:
 
 def node_state(inst: dict[str, Any] | None, preempted: bool = False) -> str:
     if inst is None:
-        return NODE_TERMINATED
-    st = str(inst.get("status"))
-    if st == "TERMINATED" and preempted:
-        return NODE_PREEMPTED
-    return STATUSES.get(st, NODE_UNKNOWN)
+        return NODE_PREEMPTED if preempted else NODE_TERMINATED
+    return STATUSES.get(str(inst.get("status")), NODE_UNKNOWN)
 
 
 def addresses(inst: dict[str, Any]) -> tuple[str, str | None]:

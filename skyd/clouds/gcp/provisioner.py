@@ -146,9 +146,11 @@ class GCPProvisioner(Provisioner):
               key: Path) -> NodeHandle:
         internal, external = instances.addresses(inst)
         connect = internal if self._conf.get("use_internal_ips") or not external else external
-        return nodes.node_handle(rank, str(inst["name"]), internal, connect, num_nodes=n,
+        node = nodes.node_handle(rank, str(inst["name"]), internal, connect, num_nodes=n,
                                  cluster=cluster, user=user, port=config.ssh_port(self._conf),
                                  key=key, external=external)
+        node.extra["gce_id"] = str(inst.get("id") or "")
+        return node
 
     async def _wait_running(self, api: ComputeAPI, zone: str, tag: str, names: list[str],
                             where: str) -> dict[str, dict[str, Any]]:
@@ -193,13 +195,16 @@ class GCPProvisioner(Provisioner):
         out = []
         for n in handle.nodes:
             inst = have.get(n.instance_id)
-            pre = bool(inst and inst.get("status") == "TERMINATED" and handle.use_spot
-                       and await self._preempted(api, zone, inst))
+            pre = bool(inst is None and handle.use_spot and n.extra.get("gce_id")
+                       and await self._preempted(api, zone, str(n.extra["gce_id"])))
             out.append(instances.node_state(inst, pre))
+        if not have:  # every VM is gone (preempted, deleted outside skyd): so is the rule's use
+            await self._op(api, "DELETE", f"global/firewalls/{instances.firewall_name(handle.cluster_tag)}",
+                           ok=(404,))
         return out
 
-    async def _preempted(self, api: ComputeAPI, zone: str, inst: dict[str, Any]) -> bool:
-        flt = f'(operationType = "{PREEMPTED_OP}") AND (targetId = "{inst.get("id")}")'
+    async def _preempted(self, api: ComputeAPI, zone: str, gce_id: str) -> bool:
+        flt = f'(operationType = "{PREEMPTED_OP}") AND (targetId = "{gce_id}")'
         ops = await api.call("GET", f"zones/{zone}/operations", params={"filter": flt})
         return bool(ops.get("items"))
 
