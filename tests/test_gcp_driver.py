@@ -141,6 +141,19 @@ async def test_two_nodes_found_again_by_label(cloud: GCPCloud, gce: FakeGCE) -> 
     assert await prov.query(h2) == [NODE_TERMINATED, NODE_TERMINATED]  # deleted, not preempted
 
 
+async def test_a_reused_address_with_a_new_host_key_is_accepted(cloud: GCPCloud, gce: FakeGCE) -> None:
+    prov = cloud.provisioner()
+    h1 = await prov.provision(_req("reuse1"), lambda _m: None)
+    await prov.terminate(h1, lambda _m: None)
+    last = int(h1.nodes[0].internal_ip.rsplit(".", 1)[1])
+    gce.reuse_ips_from(last)  # the next VM gets the same address (and a new host key)
+    h2 = await prov.provision(_req("reuse2"), lambda _m: None)
+    assert h2.nodes[0].internal_ip == h1.nodes[0].internal_ip
+    assert await _healthy(cloud, h2)
+    await prov.terminate(h2, lambda _m: None)
+    gce.reuse_ips_from(last + 1)
+
+
 def test_accelerator_optimized_types_carry_their_gpus() -> None:
     for itype, acc, count in (("a2-highgpu-1g", "A100", 1), ("a3-highgpu-8g", "H100", 8),
                               ("g2-standard-4", "L4", 1)):

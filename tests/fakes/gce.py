@@ -120,6 +120,10 @@ class FakeGCE:
         self.absent_types.clear()
         self.refuse_tokens = False
 
+    def reuse_ips_from(self, first: int) -> None:
+        """Hand out addresses from 127.0.0.<first> again (a cloud reusing addresses)."""
+        self._ips = itertools.count(first)
+
     def revoke(self) -> None:
         self.tokens.clear()
 

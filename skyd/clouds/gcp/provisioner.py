@@ -125,6 +125,8 @@ class GCPProvisioner(Provisioner):
             raise classify(e, where=where) from None
         hnodes = [self._node(running[n], r, req.num_nodes, req.cluster_name, user, key)
                   for n, r in sorted(want.items(), key=lambda x: x[1])]
+        await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
+                                      if h.ssh and h.instance_id in todo])  # new VMs, new keys
         zipapp = await self._zip()
         await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
                       for n in hnodes])
