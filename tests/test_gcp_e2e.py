@@ -95,6 +95,8 @@ def test_launch_exec_down_through_the_gcp_driver(env: GEnv, gce: FakeGCE, tmp_pa
     assert {i["status"] for i in gce.live()} == {"RUNNING"}
     r = env.ok("exec", "g1", "echo after-start-$SKYPILOT_NODE_RANK")
     assert "after-start-0" in r.stdout and "after-start-1" in r.stdout, r.stdout
+    env.ok("status", "-r")  # query + agent repair pass over SSH
+    assert env.status("g1")["status"] == "UP"  # type: ignore[index]
     env.ok("down", "g1", "-y")
     _nothing_left(gce)
 
@@ -113,16 +115,19 @@ def test_spot_preemption_is_seen_and_nothing_is_left(env: GEnv, gce: FakeGCE, tm
 def test_failover_walks_exhausted_zones_then_a_quota_limited_region(
     env: GEnv, gce: FakeGCE, tmp_path: Path
 ) -> None:
-    for z in ("us-central1-a", "us-central1-b", "us-central1-c"):
+    for z in ("us-central1-a", "us-central1-b"):
         gce.fail(z, "ZONE_RESOURCE_POOL_EXHAUSTED", f"The zone '{z}' does not have enough resources")
-    gce.fail("us-central1-f", "QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 24.0 in region us-central1.")
+    gce.fail("us-central1-c", "QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 24.0 in region us-central1.")
+    gce.fail("us-central1-f", "ZONE_RESOURCE_POOL_EXHAUSTED", "never tried: the region is blocked")
+    inserts = len(gce.inserts)
     task = TASK.replace("infra: gcp/us-central1", "infra: gcp")
     evs = _events(_submit(tmp_path, "gfo", task))
     assert evs[-1]["type"] == "result", evs[-3:]
-    failed = _failed(evs)
-    assert [s for _, s in failed][-1] == "region", failed
-    assert {t.split("/")[-1] for t, s in failed if s == "zone"} >= {"us-central1-a", "us-central1-b", "us-central1-c"} \
-        or failed[0][0].split("/")[1] != "us-central1"
+    # us-central1 is the cheapest region for 2 vCPUs: its zones one by one, then the quota
+    # rules out the region (no other us-central1 zone is tried) and the next region works.
+    assert _failed(evs) == [("gcp/us-central1/us-central1-a", "zone"), ("gcp/us-central1/us-central1-b", "zone"),
+                            ("gcp/us-central1/us-central1-c", "region")]
+    assert "us-central1-f" not in {b["zone"] for b in gce.inserts[inserts:]}
     row = env.status("gfo")
     assert row is not None and row["status"] == "UP" and row["region"] != "us-central1", row
     logs = " ".join(e.get("text", "") + e.get("error", "") for e in evs)
