@@ -68,10 +68,11 @@ def test_amd_rows_present_and_catalog_only_marked(bundled: Catalog) -> None:
         ("vbm-256c-2048gb-8-mi300x-gpu", 8.0, 17.52, 14.72, "ord")
     ]
     assert bundled.by_accelerator("MI355X") and bundled.by_accelerator("MI325X")
-    # No provider module in this build provisions a catalog cloud yet: all catalog-only.
-    assert IMPLEMENTED["vultr"] is False and IMPLEMENTED["aws"] is False
+    # Catalog clouds without a provider module are catalog-only; the enabled default is
+    # the catalog clouds that have one.
+    assert IMPLEMENTED["vultr"] is False
     assert "vultr" in bundled.clouds and "vultr" not in bundled.enabled
-    assert bundled.enabled == frozenset()
+    assert bundled.enabled == {c for c in bundled.clouds if IMPLEMENTED.get(c)}
     assert bundled.with_enabled(["aws"]).enabled == {"aws"}
 
 

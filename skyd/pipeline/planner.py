@@ -306,6 +306,22 @@ class RankedChoices(list[Choice]):
     table: str = ""
 
 
+async def _add_check_reasons(e: ResourcesUnavailableError, task: Any, ok: set[str],
+                             store: Any | None) -> None:
+    """A task pinned to providers whose check failed: say why each failed (the check's own
+    reason names the fix, e.g. which credentials are missing) in the error's hint."""
+    from skyd.pipeline import cloudcheck
+
+    pinned = {r.cloud for r in (getattr(task, "resources", None) or []) if getattr(r, "cloud", None)}
+    failed = sorted((pinned & set(registered_clouds())) - ok)
+    if not failed:
+        return
+    results = await cloudcheck.checks(store, failed)
+    why = "; ".join(f"{c}: {results[c].reason}" for c in failed if c in results and results[c].reason)
+    if why:
+        e.hint = why + (f"; {e.hint}" if e.hint else "")
+
+
 def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     """A solver choice -> one launchable Offering per zone, in its failover order."""
     acc = next(iter(c.accelerators.items()), None) if c.accelerators else None
@@ -342,6 +358,7 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
     planned = await anyio.to_thread.run_sync(plan_dag, [task], [], blocked, minimize, catalog_dir,
                                              checks)
     if planned.error is not None:
+        await _add_check_reasons(planned.error, task, _ok(checks) or set(), store)
         raise planned.error
     choices = RankedChoices()
     seen: set[tuple[Any, ...]] = set()

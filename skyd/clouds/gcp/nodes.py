@@ -1,0 +1,146 @@
+"""VM nodes reached over SSH: skyd's SSH key, waiting for sshd on a new VM, and the node
+agent deployed with skyd.transports.agent_deploy.
+
+Nothing here is GCP-specific: any provider whose nodes are fresh VMs with an address and a
+key in their metadata (AWS key pairs, Azure, OCI) needs the same steps after create. The
+node handles use the ``ssh`` provider's layout (``NodeHandle.ssh`` + ``extra`` base/home/
+listen_host/sha/agent_socket), so the ``SSHProvisioner`` this module hands out serves their
+agent endpoints, file sync and agent repairs unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+import anyio
+
+from skyd import paths
+from skyd.clouds.base import LogFn, NodeHandle
+from skyd.clouds.ssh.provisioner import SSHProvisioner, _record, _site
+from skyd.errors import ResourcesUnavailableError, SkydError
+from skyd.transports import agent_deploy
+from skyd.transports.ssh import SSHConnectError, SSHTarget
+
+KEY_NAME = "skyd-vm-ed25519"
+SSH_WAIT_S = 300.0  # a new VM's sshd; the attempt's deadline bounds it anyway
+
+
+def _key_paths() -> tuple[Path, Path]:
+    d = paths.home() / "keys"
+    return d / KEY_NAME, d / f"{KEY_NAME}.pub"
+
+
+async def ssh_key() -> tuple[Path, str]:
+    """(private key path, public key line) of skyd's VM key, made once (0600)."""
+    priv, pub = _key_paths()
+
+    def make() -> tuple[Path, str]:
+        if priv.exists() and pub.exists():
+            return priv, pub.read_text().strip()
+        import asyncssh
+
+        priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
+        tmp = priv.with_name(f".{KEY_NAME}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.export_private_key())
+        pub.write_bytes(key.export_public_key())
+        tmp.replace(priv)
+        return priv, pub.read_text().strip()
+
+    return await anyio.to_thread.run_sync(make)
+
+
+def node_handle(rank: int, instance_id: str, internal: str, connect: str, *, num_nodes: int,
+                cluster: str, user: str, port: int, key: Path, external: str | None) -> NodeHandle:
+    """A node before its agent runs (home and base are filled in by `deploy`)."""
+    return NodeHandle(
+        rank=rank, instance_id=instance_id, internal_ip=internal, external_ip=external,
+        ssh={"host": connect, "port": port, "user": user, "identity_file": str(key), "proxy_jump": None},
+        extra={"listen_host": "127.0.0.1" if num_nodes == 1 else internal},
+    )
+
+
+async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
+                 zipapp: tuple[Path, str], log: LogFn) -> None:
+    """Wait for sshd, then start this build's agent on the node (kept if it already runs)."""
+    assert node.ssh is not None
+    t = ssh.transport(SSHTarget.from_dict(node.ssh))
+    with anyio.move_on_after(SSH_WAIT_S):
+        while True:
+            try:
+                await t.connection(attempts=1)
+                break
+            except SSHConnectError as e:
+                if e.kind in ("auth", "hostkey"):
+                    raise ResourcesUnavailableError(
+                        f"node {node.rank} ({node.ssh['host']}): {e.message}", hint=e.hint,
+                        scope="zone") from None
+                await anyio.sleep(1.0)
+    try:
+        home = (await t.run("printf %s \"$HOME\"", check=True, idempotent=True, timeout=30)).stdout.strip()
+        base = posixpath.join(home or ".", ".skyd")
+        node.node_dir = posixpath.join(base, "nodes", f"{cluster}-{node.rank}")
+        node.extra.update(home=home, base=base)
+        site = _site(node, cluster)
+        info = await agent_deploy.start(t, site, token, zipapp)
+    except ResourcesUnavailableError:
+        raise
+    except (SkydError, OSError) as e:
+        raise ResourcesUnavailableError(f"node {node.rank} ({node.ssh['host']}): {e}",
+                                        scope="zone") from None
+    _record(node, site, info)
+    log(f"Node {node.rank} ({node.ssh['host']}): agent {info.get('state')} on port {node.agent_port}")
+
+
+async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:
+    """Drop skyd's recorded host keys for addresses that now belong to new VMs (cloud
+    addresses are reused: the next VM on an address has a new key, which is no attack)."""
+    from skyd.transports.ssh import known_hosts_path
+
+    names = {host if port == 22 else f"[{host}]:{port}" for host, port in addrs}
+    p = known_hosts_path()
+
+    def rewrite() -> None:
+        try:
+            lines = p.read_text().splitlines(keepends=True)
+        except OSError:
+            return
+        keep = [ln for ln in lines if ln.split(" ", 1)[0] not in names]
+        if len(keep) != len(lines):
+            tmp = p.with_name(f".{p.name}.{os.getpid()}")
+            tmp.write_text("".join(keep))
+            tmp.replace(p)
+
+    if names:
+        await anyio.to_thread.run_sync(rewrite)
+
+
+async def shutdown_agents(ssh: SSHProvisioner, nodes: list[NodeHandle], cluster: str, token: str) -> None:
+    """Best effort: cancel jobs and stop each agent before its VM stops."""
+    async def one(n: NodeHandle) -> None:
+        with anyio.move_on_after(20):
+            try:
+                t = ssh.transport(SSHTarget.from_dict(n.ssh or {}))
+                await t.connection(attempts=1)
+                await agent_deploy.shutdown(t, _site(n, cluster), token)
+            except (SkydError, OSError):
+                pass
+
+    async with anyio.create_task_group() as tg:
+        for n in nodes:
+            tg.start_soon(one, n)
+
+
+async def drop_transports(ssh: SSHProvisioner, nodes: list[NodeHandle]) -> None:
+    """Close the SSH connections to nodes that are going away (or changing address)."""
+    for n in nodes:
+        if not n.ssh:
+            continue
+        key = SSHTarget.from_dict(n.ssh).key
+        t = ssh._transports.pop(key, None)
+        if t is not None:
+            await t.close()

@@ -1,0 +1,65 @@
+"""The network rule, enforced: an audit hook that refuses (and records) every connection or
+name lookup outside 127.0.0.0/8 and ::1.
+
+Daemons started by the GCP tests get this directory first on PYTHONPATH and
+``SKYD_NETGUARD_LOG=<file>``: Python imports ``sitecustomize`` at start-up, the hook is
+installed, and each refused attempt appends a line to the file (the test asserts it stays
+empty). The test process itself calls ``install()`` (refusals go to ``VIOLATIONS``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from typing import Any
+
+VIOLATIONS: list[str] = []
+_INSTALLED = False
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def _allowed(host: Any) -> bool:
+    if host is None or host == "" or host == b"":
+        return True  # a bind to "any" (servers), or a Unix socket
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    host = str(host).split("%", 1)[0]
+    if host in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: resolving it is already a packet out
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if event == "socket.connect":
+        addr = args[1]
+        if not isinstance(addr, tuple):
+            return  # AF_UNIX
+        host = addr[0]
+    elif event == "socket.getaddrinfo":
+        host = args[0]
+    else:
+        return
+    if _allowed(host):
+        return
+    line = f"{event} {host!r} (pid {os.getpid()})"
+    VIOLATIONS.append(line)
+    log = os.environ.get("SKYD_NETGUARD_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(line + "\n")
+    raise PermissionError(f"network rule: {event} to {host!r} refused (tests reach 127.0.0.0/8 only)")
+
+
+def install() -> None:
+    global _INSTALLED
+    if not _INSTALLED:
+        sys.addaudithook(_hook)
+        _INSTALLED = True
+
+
+if os.environ.get("SKYD_NETGUARD_LOG"):
+    install()
