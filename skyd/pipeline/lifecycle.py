@@ -25,6 +25,10 @@ def _noop(_: str) -> None:
     return None
 
 
+#: the infras that could provision before rows carried their location (schema < v3)
+LEGACY_INFRAS = frozenset({"local", "ssh"})
+
+
 async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
     store = ctx.store
     row = await cdb.require_cluster(store, name)
@@ -40,11 +44,12 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
         ctx.log(f"Removing what the provisioning of {name} left on {partial.describe()}")
         await forget(store, partial, ctx.log)
     else:
-        # A row without a location (written before partial handles existed): every infra
-        # cleans what it may have started for this name.
+        # A row without a location was written before partial handles existed, when only
+        # the machine-local infras could provision: each cleans what it may have started
+        # for this name (no cloud API is asked about a row it never saw).
         from skyd.clouds.base import PartialHandle, registered_clouds
 
-        for cloud_name in registered_clouds():
+        for cloud_name in LEGACY_INFRAS & set(registered_clouds()):
             await get_cloud(cloud_name).provisioner().forget(
                 PartialHandle(name, cloud_name, None, None, name))
     await cdb.remove_cluster(store, name)
