@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 async def bench_deploy(tmp: Path, n: int) -> None:
     from skyd.clouds.base import ProvisionRequest
     from skyd.clouds.offering import Offering
-    from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_zipapp
+    from skyd.clouds.ssh.provisioner import SSHProvisioner
     from skyd.nodeagent.client import AgentClient
+    from skyd.transports.agent_deploy import agent_zipapp
     from tests.fakes.sshhost import FakeSSHHost, make_keypair, write_pools
 
     t0 = time.perf_counter()
@@ -65,8 +66,8 @@ def make_files(src: Path, n: int, size: int) -> None:
 
 
 async def bench_sync(tmp: Path, n: int, size: int, use_sshd: bool) -> None:
-    from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport
-    from skyd.pipeline.sync import sync_to_remote
+    from skyd.transports.ssh import SSHTarget, SSHTransport
+    from skyd.transports.sync import sync_to_remote
     from tests.fakes.sshhost import FakeSSHHost, make_keypair
 
     src = tmp / "src"

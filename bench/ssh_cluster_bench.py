@@ -11,6 +11,13 @@ SSH hosts (asyncssh servers on 127.0.0.x in this process, real agents and jobs).
    minus the head's `start_at` (when the job left PENDING). No setup, so that is all start.
 3. `skyd exec` to the first output line (CLI spawn -> first line on its stdout), on a 1-node
    and on the N-node cluster.
+
+    .venv/bin/python bench/ssh_cluster_bench.py --paths [--repeat 10] [--sshd]
+
+4. `skyd exec` -> first output line on a 1-node cluster, by how the daemon reaches the agent:
+   an SSH port forward, or the exec relay to the agent's Unix socket (a host that refuses
+   TCP forwarding). Fake asyncssh hosts; with --sshd (root, /usr/sbin/sshd) also real OpenSSH
+   with AllowTcpForwarding yes / no.
 """
 
 from __future__ import annotations
@@ -139,9 +146,70 @@ async def main(nodes: int, repeat: int) -> None:
             await run_until_line(["down", "-y", "-a"], "")
 
 
+async def paths_main(repeat: int, use_sshd: bool) -> None:
+    """exec -> first line through a port forward vs through the exec relay."""
+    import contextlib
+    import shutil
+
+    tmp = Path(tempfile.mkdtemp(prefix="skyd-sshbench-"))
+    os.environ["SKYD_HOME"] = str(tmp / "skyd")
+    os.environ["SKYD_CONFIG_DIR"] = str(tmp / "config")
+    os.environ["SKYD_SOCKET"] = str(Path(tempfile.mkdtemp(prefix="skyd-", dir="/tmp")) / "s.sock")
+    os.environ.pop("SKYD_CATALOG_DIR", None)
+    import yaml
+
+    from tests.fakes.sshhost import FakeSSHHost, make_keypair
+    from tests.test_ssh_e2e_support import daemon
+
+    priv, pub = make_keypair(tmp / "keys")
+    pools: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for i, (name, allow) in enumerate((("fwd", True), ("relay", False))):
+            h = await stack.enter_async_context(
+                FakeSSHHost(tmp / name, f"127.0.0.{i + 2}", pub, allow_forwarding=allow))
+            pools[name] = {"user": "skyd", "identity_file": str(priv),
+                           "hosts": [{"ip": h.host, "port": h.port}]}  # fmt: skip
+            labels[name] = f"asyncssh fake host, {'port forward' if allow else 'exec relay '}"
+        if use_sshd:
+            from tests.fakes.sshd import real_sshd, unavailable_reason
+
+            why = unavailable_reason()
+            if why:
+                print(f"real sshd skipped: {why}")
+            else:
+                for i, (name, allow) in enumerate((("sshd-fwd", True), ("sshd-relay", False))):
+                    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp"))
+                    stack.callback(shutil.rmtree, work, True)
+                    s = await stack.enter_async_context(
+                        real_sshd(work, port=2230 + i, allow_tcp_forwarding=allow))
+                    pools[name] = {"user": s.user, "identity_file": str(s.key),
+                                   "hosts": [{"ip": s.host, "port": s.port}]}  # fmt: skip
+                    labels[name] = f"real OpenSSH,       {'port forward' if allow else 'exec relay '}"
+        cfg = Path(os.environ["SKYD_CONFIG_DIR"])
+        cfg.mkdir(parents=True, exist_ok=True)
+        (cfg / "ssh_node_pools.yaml").write_text(yaml.safe_dump(pools))
+        async with daemon():
+            for name in pools:
+                await run_until_line(["launch", "-y", "-c", name, "--infra", f"ssh/{name}", "echo up"], "up")
+            for name in pools:
+                firsts = []
+                for _ in range(repeat):
+                    f, _t, _o = await run_until_line(["exec", name, "echo FIRST"], "FIRST")
+                    firsts.append(f)
+                print(f"skyd exec -> first output line, {labels[name]}: {fmt(firsts, 1000, 'ms')}")
+            await run_until_line(["down", "-y", "-a"], "")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--paths", action="store_true", help="exec -> first line: port forward vs exec relay")
+    ap.add_argument("--sshd", action="store_true", help="with --paths: also real OpenSSH (root)")
     a = ap.parse_args()
-    anyio.run(main, a.nodes, a.repeat)
+    if a.paths:
+        anyio.run(paths_main, a.repeat, a.sshd)
+    else:
+        anyio.run(main, a.nodes, a.repeat)

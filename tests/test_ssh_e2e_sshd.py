@@ -51,3 +51,33 @@ async def test_launch_exec_down_on_real_sshd(skyd_home: Path, tmp_path: Path) ->
                 assert not (s.home / ".skyd").exists()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def test_launch_exec_logs_down_on_real_sshd_without_tcp_forwarding(skyd_home: Path, tmp_path: Path) -> None:
+    """sshd with ``AllowTcpForwarding no``: the agent is reached through the exec relay."""
+    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        async with real_sshd(work, port=2223, allow_tcp_forwarding=False) as s:
+            cfg = skyd_home.parent / "config"
+            cfg.mkdir(parents=True, exist_ok=True)
+            (cfg / "ssh_node_pools.yaml").write_text(
+                f"locked:\n  user: {s.user}\n  identity_file: {s.key}\n  hosts:\n"
+                f"    - ip: {s.host}\n      port: {s.port}\n"
+            )
+            async with daemon():
+                r = await cli("launch", "-y", "-c", "locked", "--infra", "ssh/locked",
+                              "echo relayed-$((6*7))")  # fmt: skip
+                assert r.returncode == 0, r
+                assert "relayed-42" in r.stdout, r
+                r = await cli("exec", "locked", "echo again")
+                assert r.returncode == 0 and "again" in r.stdout, r
+                r = await cli("logs", "locked", "1", "--no-follow")
+                assert r.returncode == 0 and "relayed-42" in r.stdout, r
+                r = await cli("status", "-r", "-o", "json")
+                assert cluster_row(r.json(), "locked")["status"] == "UP", r
+                r = await cli("down", "-y", "locked")
+                assert r.returncode == 0, r
+                assert allocations_sync() == {}
+                assert not (s.home / ".skyd").exists()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

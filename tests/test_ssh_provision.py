@@ -25,9 +25,10 @@ from tests.fakes.sshhost import FakeSSHHost, fake_hosts, make_keypair, write_poo
 pytestmark = pytest.mark.anyio
 
 try:
-    from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_zipapp
+    from skyd.clouds.ssh.provisioner import SSHProvisioner
     from skyd.nodeagent.client import AgentClient
     from skyd.nodeagent.zipapp import build_zipapp  # noqa: F401
+    from skyd.transports.agent_deploy import agent_zipapp
 except ImportError as e:  # pragma: no cover
     pytest.skip(f"node agent zipapp builder not available: {e}", allow_module_level=True)
 

@@ -10,8 +10,8 @@ import pytest
 
 from skyd.clouds.base import NODE_RUNNING, ProvisionRequest
 from skyd.clouds.offering import Offering
-from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport
-from skyd.pipeline.sync import sync_to_remote
+from skyd.transports.ssh import SSHTarget, SSHTransport
+from skyd.transports.sync import sync_to_remote
 from tests.fakes.sshd import real_sshd, unavailable_reason
 
 pytestmark = [

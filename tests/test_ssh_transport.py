@@ -10,7 +10,7 @@ import anyio
 import asyncssh
 import pytest
 
-from skyd.pipeline.ssh_transport import (
+from skyd.transports.ssh import (
     SSHCommandError,
     SSHConnectError,
     SSHTarget,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skyd.pipeline.sync import IgnoreMatcher, load_excludes, rsync_filter_args, sync_local_dir
+from skyd.transports.sync import IgnoreMatcher, load_excludes, rsync_filter_args, sync_local_dir
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from skyd.pipeline.ssh_transport import SSHTarget, SSHTransport
-from skyd.pipeline.sync import sync_to_remote
+from skyd.transports.ssh import SSHTarget, SSHTransport
+from skyd.transports.sync import sync_to_remote
 from tests.fakes.sshhost import FakeSSHHost, make_keypair
 from tests.test_sync_local import EXPECTED, listing, make_tree
 

@@ -3,7 +3,8 @@
 A cluster of N nodes is N sandboxes on this machine, one directory each under
 ``$SKYD_HOME/local/<cluster>/node-<rank>``, each with a real node agent started detached
 (its own process session) so it outlives a daemon restart; the daemon finds it again
-through ``agent.json`` in the sandbox. Cost is 0. This machine's real GPUs (if any) are
+through ``agent.json`` in the sandbox, and reaches and stops it through
+skyd.transports (``LocalTransport`` + ``agent_deploy``). Cost is 0. This machine's real GPUs (if any) are
 offered as the node's accelerators.
 
 Layout of a sandbox (``node_dir``):
@@ -40,6 +41,9 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.offering import Offering
+from skyd.transports import agent_deploy
+from skyd.transports.agent_deploy import AgentSite
+from skyd.transports.local import LocalTransport
 
 LOCAL = "local"
 STOPPED_MARK = "stopped.json"
@@ -196,20 +200,30 @@ class LocalProvisioner(Provisioner):
                 out.append(NODE_UNKNOWN)
         return out
 
-    async def _shutdown_agents(self, handle: ClusterHandle) -> None:
-        from skyd.nodeagent.client import AgentClient
+    def transport(self, node: NodeHandle) -> LocalTransport:
+        return LocalTransport(node.node_dir)
 
+    def _site(self, handle: ClusterHandle, rank: int) -> AgentSite:
+        """The agent deployer's view of a sandbox (port and socket from its agent.json)."""
+        node = handle.nodes[rank]
+        info = self._agent_info(Path(node.node_dir)) or {}
+        return AgentSite(
+            node_dir=node.node_dir,
+            base=str(self.cluster_dir(handle.cluster_name)),
+            rank=rank,
+            cluster=handle.cluster_name,
+            port=int(info.get("port") or node.agent_port),
+            socket=info.get("socket") or None,
+        )
+
+    async def _shutdown_agents(self, handle: ClusterHandle) -> None:
         async def one(node: NodeHandle) -> None:
             nd = Path(node.node_dir)
             info = self._agent_info(nd)
             if not info or not self._pid_alive(int(info["pid"])):
                 return
-            try:
-                with anyio.fail_after(10):
-                    async with AgentClient("127.0.0.1", int(info["port"]), handle.token) as c:
-                        await c.shutdown(exit=True)
-            except Exception:  # noqa: BLE001 - fall back to signals below
-                pass
+            site = self._site(handle, node.rank)
+            await agent_deploy.request_exit(self.transport(node), site, handle.token, timeout=10)
             pid = int(info["pid"])
             with anyio.move_on_after(5):
                 while self._pid_alive(pid):
@@ -285,9 +299,8 @@ class LocalProvisioner(Provisioner):
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
-        info = self._agent_info(Path(handle.nodes[rank].node_dir))
-        port = int(info["port"]) if info else handle.nodes[rank].agent_port
-        return "127.0.0.1", port
+        site = self._site(handle, rank)
+        return await self.transport(handle.nodes[rank]).agent_endpoint(site.address())
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
@@ -312,7 +325,7 @@ class LocalProvisioner(Provisioner):
                 return source.stat().st_size
 
             return 1, await anyio.to_thread.run_sync(copy_file)
-        from skyd.pipeline.sync import sync_local_dir
+        from skyd.transports.sync import sync_local_dir
 
         stats = await sync_local_dir(source, target, excludes)
         return stats.files, stats.bytes

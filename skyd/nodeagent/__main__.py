@@ -17,6 +17,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--home", required=True, help="agent state dir (jobs.db, logs, agent.json)")
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any) or unix:PATH")
     p.add_argument(
+        "--socket",
+        default=None,
+        help="also listen on this Unix socket (default HOME/agent.sock; '' = none): the "
+        "daemon relays to it where a node refuses TCP forwarding",
+    )
+    p.add_argument(
         "--token-file", help="cluster token file (default HOME/token, created if absent)"
     )
     p.add_argument("--node-rank", type=int, default=0, help="0 = head (owns the job queue)")
@@ -52,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     coro = serve(Path(args.home).resolve(), args.listen,
                  Path(args.token_file) if args.token_file else None, args.node_rank,
                  args.cluster, args.autostop_action, args.cpus, args.gpus, args.tick,
-                 args.heartbeat_interval)  # fmt: skip
+                 args.heartbeat_interval, args.socket)  # fmt: skip
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:

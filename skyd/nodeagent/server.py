@@ -10,6 +10,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,31 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(str(tmp), str(path))
 
 
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (0600, replacing a stale one). A path longer than
+    sun_path allows is bound through its directory's /proc/self/fd entry."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = str(path)
+    dir_fd = -1
+    if len(name.encode()) > 100:
+        dir_fd = os.open(str(path.parent), os.O_RDONLY)
+        name = "/proc/self/fd/%d/%s" % (dir_fd, path.name)
+    old = os.umask(0o177)
+    try:
+        sock.bind(name)
+    finally:
+        os.umask(old)
+        if dir_fd >= 0:
+            os.close(dir_fd)
+    sock.listen(100)
+    sock.setblocking(False)
+    return sock
+
+
 def node_memory_gb() -> float:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -49,7 +75,8 @@ def node_memory_gb() -> float:
 
 async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int,
                 cluster: str, autostop_action: str, cpus: float | None,
-                fake_gpus: str | None, tick_s: float, heartbeat_s: float) -> None:  # fmt: skip
+                fake_gpus: str | None, tick_s: float, heartbeat_s: float,
+                socket_path: str | None = None) -> None:  # fmt: skip
     home.mkdir(parents=True, exist_ok=True)
     token = read_or_create_token(token_file or home / "token")
     loop = asyncio.get_event_loop()
@@ -75,6 +102,15 @@ async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int
         await server.start(host or "127.0.0.1", int(port))
         sock = server._server.sockets[0]  # type: ignore[union-attr]
         info.update(host=host or "127.0.0.1", port=sock.getsockname()[1], socket=None)
+    # The Unix socket too (unless the main listener is one): the daemon's exec relay reaches
+    # the agent through it on nodes whose sshd refuses TCP forwarding.
+    side: Server | None = None
+    if info["socket"] is None and socket_path != "":
+        side_path = Path(socket_path) if socket_path else home / "agent.sock"
+        side = Server([NodeAgentService(agent)])
+        listen(side, RecvRequest, make_auth_hook(token))
+        await side.start(sock=bind_unix(side_path))
+        info["socket"] = str(side_path)
     write_json_atomic(home / "agent.json", info)
     log.info("node agent %s listening: %s", VERSION, info)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,8 +122,10 @@ async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int
     for task in list(agent.drivers.values()):
         task.cancel()
     await asyncio.gather(ev, *agent.drivers.values(), return_exceptions=True)
-    server.close()
-    await server.wait_closed()
+    for srv in (server, side):
+        if srv is not None:
+            srv.close()
+            await srv.wait_closed()
     agent.queue.close()
     try:
         (home / "agent.json").unlink()

@@ -64,7 +64,7 @@ class AgentBackend(Backend):
         return results
 
     async def sync_workdir(self, handle: ClusterHandle, workdir: str, log: LogFn) -> None:
-        from skyd.pipeline.sync import load_excludes
+        from skyd.transports.sync import load_excludes
 
         src = Path(workdir).expanduser()
         if not src.is_dir():
@@ -96,7 +96,7 @@ class AgentBackend(Backend):
                 )
             excludes: list[str] = []
             if path.is_dir():
-                from skyd.pipeline.sync import load_excludes
+                from skyd.transports.sync import load_excludes
 
                 excludes = load_excludes(path)
             s = str(path) + ("/" if path.is_dir() else "")

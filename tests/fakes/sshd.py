@@ -58,7 +58,9 @@ class RealSSHD:
 
 
 @contextlib.asynccontextmanager
-async def real_sshd(tmp: Path, host: str = "127.0.0.2", port: int = 2222) -> AsyncIterator[RealSSHD]:
+async def real_sshd(
+    tmp: Path, host: str = "127.0.0.2", port: int = 2222, *, allow_tcp_forwarding: bool = True
+) -> AsyncIterator[RealSSHD]:
     home = ensure_user()
     tmp.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o755)
@@ -72,7 +74,8 @@ async def real_sshd(tmp: Path, host: str = "127.0.0.2", port: int = 2222) -> Asy
         f"ListenAddress {host}:{port}\nHostKey {hostkey}\nUsePAM no\nStrictModes no\n"
         f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
         f"AuthorizedKeysFile {auth}\nAllowUsers {USER}\nPidFile {tmp}/sshd.pid\n"
-        "Subsystem sftp internal-sftp\nAllowTcpForwarding yes\nLogLevel ERROR\n"
+        "Subsystem sftp internal-sftp\nLogLevel ERROR\n"
+        f"AllowTcpForwarding {'yes' if allow_tcp_forwarding else 'no'}\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = await anyio.open_process([SSHD, "-D", "-e", "-f", str(conf)])

@@ -4,7 +4,8 @@ Each host has its own root directory (``root/home`` is HOME and the cwd of comma
 PATH that puts fake ``nvidia-smi`` / ``amd-smi`` scripts first (printing recorded outputs from
 tests/data/ssh/). Exec requests run through ``/bin/sh -c`` with stdin/stdout/stderr pumped
 explicitly; SFTP (relative paths resolve against HOME, as with OpenSSH) and direct-tcpip
-(local port forwarding) are supported.
+(local port forwarding) are supported; ``allow_forwarding=False`` refuses direct-tcpip like
+sshd with ``AllowTcpForwarding no``.
 
 Knobs: ``reject_auth`` (refuse every key), ``drop_connections()`` (abort every live
 connection), ``drop_after_sftp_writes=N`` (abort the connection when the Nth file is opened for
@@ -79,6 +80,12 @@ class _Server(asyncssh.SSHServer):
     def connection_requested(
         self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
     ) -> bool:
+        if not self.host.allow_forwarding:
+            self.host.forwards_refused += 1
+            # what sshd with AllowTcpForwarding no answers
+            raise asyncssh.ChannelOpenError(
+                asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "open failed: forwarding disabled"
+            )
         self.host.forwards_opened += 1
         return True  # asyncssh opens the TCP connection and forwards
 
@@ -115,6 +122,7 @@ class FakeSSHHost:
         missing: Iterable[str] = (),
         host_key: asyncssh.SSHKey | None = None,
         port: int = 0,
+        allow_forwarding: bool = True,
     ) -> None:
         self.root = Path(root)
         self.host = host
@@ -133,6 +141,8 @@ class FakeSSHHost:
         self.drops = 0
         self.commands: list[str] = []
         self.forwards_opened = 0
+        self.forwards_refused = 0
+        self.allow_forwarding = allow_forwarding
         self._conns: set[asyncssh.SSHServerConnection] = set()
         self._procs: set[asyncio.subprocess.Process] = set()
         self._server: Any = None

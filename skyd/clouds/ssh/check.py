@@ -143,7 +143,7 @@ class HostReport:
 
 
 async def check_host(h: PoolHost, in_use_by: str | None, timeout: float = 10.0) -> HostReport:
-    from skyd.pipeline.ssh_transport import SSHConnectError, SSHTransport
+    from skyd.transports.ssh import SSHConnectError, SSHTransport
 
     rep = HostReport(h.pool, h.name, "ok", in_use_by=in_use_by)
     t = SSHTransport(h.target(), connect_timeout=timeout, connect_attempts=1)

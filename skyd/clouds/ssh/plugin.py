@@ -30,7 +30,7 @@ async def warm_up(cloud: SSHCloud) -> None:
     except Exception as e:  # noqa: BLE001 - planning probes again on demand
         log.warning("ssh: probing pool hosts failed: %s", e)
     try:
-        from skyd.clouds.ssh.provisioner import agent_zipapp
+        from skyd.transports.agent_deploy import agent_zipapp
 
         await agent_zipapp()
     except Exception as e:  # noqa: BLE001 - provisioning builds it again

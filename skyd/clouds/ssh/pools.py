@@ -53,7 +53,7 @@ class PoolHost:
         return self.ip if not self.port or self.port == 22 else f"{self.ip}:{self.port}"
 
     def target(self) -> Any:
-        from skyd.pipeline.ssh_transport import SSHTarget
+        from skyd.transports.ssh import SSHTarget
 
         return SSHTarget(self.ip, self.port, self.user, self.identity_file, self.proxy_jump)
 

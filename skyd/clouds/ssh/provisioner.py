@@ -1,34 +1,27 @@
 """SSHProvisioner: clusters on hosts of ``ssh`` node pools (see docs/ssh.md).
 
-provision: allocate N free hosts of the pool (``$SKYD_HOME/ssh/allocations.db``), probe them
-(python3 >= 3.8, GPUs), upload the agent zipapp once per version (``~/.skyd/agent-<sha>.pyz``),
-write the cluster token over SFTP (0600, never on a command line), start the agent detached
-(its own session) and read its port from ``agent.json``. Single node: the agent listens on
+What is pool-specific lives here: allocate N free hosts of the pool
+(``$SKYD_HOME/ssh/allocations.db``), probe them (python3 >= 3.8, GPUs), release them on
+terminate. The agent itself is deployed, health-checked, upgraded and stopped over each
+host's SSHTransport by skyd.transports.agent_deploy (zipapp at ``~/.skyd/agent-<sha>.pyz``,
+token over SFTP, agent detached in its own session). Single node: the agent listens on
 127.0.0.1. Multi-node: each agent listens on its host's internal IP (the pool address when it
 is a literal IP, else the host's first ``hostname -I`` address) so the head reaches the workers;
-every call needs the per-cluster token. The daemon always reaches agents through SSH local
-forwards (``agent_endpoint``).
+every call needs the per-cluster token. The daemon reaches agents through the transport
+(``agent_endpoint``): an SSH port forward, or an exec relay where the host refuses forwarding.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import json
-import os
 import posixpath
 import secrets
-import weakref
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from skyd import paths
 from skyd.clouds.base import (
-    NODE_RUNNING,
-    NODE_STOPPED,
-    NODE_TERMINATED,
     NODE_UNKNOWN,
     ClusterHandle,
     LogFn,
@@ -38,56 +31,13 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.offering import Offering
-from skyd.clouds.ssh import remote
 from skyd.clouds.ssh.check import probe_host, python_ok
 from skyd.clouds.ssh.pools import Pool, PoolHost, get_pool, load_pools
 from skyd.clouds.ssh.state import allocate, allocations, load_host_facts, release, save_host_facts
-from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
-from skyd.pipeline.ssh_transport import SSHConnectError, SSHTarget, SSHTransport
-
-_ZIPAPP_CACHE: dict[str, tuple[Path, str]] = {}
-
-
-_ZIPAPP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = weakref.WeakKeyDictionary()
-
-
-async def agent_zipapp() -> tuple[Path, str]:
-    """(path, sha256) of this build's agent zipapp, built once per process under SKYD_HOME.
-    Concurrent callers (the nodes of one cluster, the daemon's warm-up) share one build."""
-    key = str(paths.home())
-    loop = asyncio.get_running_loop()
-    lock = _ZIPAPP_LOCKS.setdefault(loop, anyio.Lock())
-    async with lock:
-        if key in _ZIPAPP_CACHE and _ZIPAPP_CACHE[key][0].exists():
-            return _ZIPAPP_CACHE[key]
-        from skyd.nodeagent.compat_deps import bundled_zipapp, ensure_compat_deps
-        from skyd.nodeagent.zipapp import build_zipapp
-
-        d = paths.home() / "ssh"
-        d.mkdir(parents=True, exist_ok=True)
-        prebuilt = bundled_zipapp()  # a frozen skyd carries one (no sources to pack)
-        if prebuilt is not None:
-            import hashlib
-
-            data = await anyio.to_thread.run_sync(prebuilt.read_bytes)
-            sha = hashlib.sha256(data).hexdigest()
-            final = d / f"agent-{sha}.pyz"
-            if not final.exists():
-                await anyio.to_thread.run_sync(final.write_bytes, data)
-            _ZIPAPP_CACHE[key] = (final, sha)
-            return final, sha
-        tmp = d / f"agent-build-{os.getpid()}-{secrets.token_hex(4)}.pyz"
-        # Nodes with Python 3.8-3.10 run the older dependency set the zipapp also carries.
-        compat = await anyio.to_thread.run_sync(ensure_compat_deps, paths.cache_dir())
-
-        def build() -> str:
-            return build_zipapp(tmp, compat_dir=compat)
-
-        sha = await anyio.to_thread.run_sync(build)
-        final = d / f"agent-{sha}.pyz"
-        tmp.replace(final)
-        _ZIPAPP_CACHE[key] = (final, sha)
-        return final, sha
+from skyd.errors import ResourcesUnavailableError, SkydError
+from skyd.transports import agent_deploy
+from skyd.transports.agent_deploy import AgentSite, agent_zipapp, first_error
+from skyd.transports.ssh import SSHTarget, SSHTransport
 
 
 def _is_ip(s: str) -> bool:
@@ -163,7 +113,7 @@ class SSHProvisioner(Provisioner):
                 for rank, h in enumerate(hosts):
                     tg.start_soon(one, rank, h)
         except BaseException as exc:
-            err = _first_error(exc)
+            err = first_error(exc)
             partial = [n for n in nodes if n is not None]
             with anyio.CancelScope(shield=True):
                 await self._cleanup(partial, req.cluster_name, token)
@@ -221,93 +171,34 @@ class SSHProvisioner(Provisioner):
         return node, facts
 
     async def _start_agent(self, t: SSHTransport, node: NodeHandle, cluster: str, token: str) -> dict[str, Any]:
-        pyz_local, sha = await self._zip()
-        base, nd = node.extra["base"], node.node_dir
-        pyz = posixpath.join(base, f"agent-{sha}.pyz")
-        res = await t.run(
-            f"mkdir -p {_q(nd)} && chmod 700 {_q(base)} {_q(nd)} && (test -f {_q(pyz)} && echo have || true)",
-            check=True,
-            idempotent=True,
-        )
-        if "have" not in res.stdout:
-            sftp = await t.sftp()
-            tmp = f"{pyz}.part"
-            await sftp.put(str(pyz_local), tmp)
-            await sftp.posix_rename(tmp, pyz)
-        await t.write_file(posixpath.join(nd, "token"), token.encode(), mode=0o600)
-        listen = f"{node.extra['listen_host']}:0"
-        out = await t.run(
-            ["python3", "-c", remote.ENSURE_AGENT, nd, pyz, sha, listen, str(node.rank), cluster],
-            timeout=60,
-        )
-        if out.exit_status != 0:
-            raise ResourcesUnavailableError(
-                f"{t.target}: the node agent did not start (exit {out.exit_status}): "
-                + out.stderr.strip()[-800:],
-                hint=f"see {nd}/agent.log on the host",
-            )
-        info = dict(json.loads(out.stdout.strip().splitlines()[-1]))
-        node.agent_port = int(info["port"])
-        node.extra["sha"] = sha
-        node.extra["agent_state"] = info.get("state")
+        site = _site(node, cluster)
+        info = await agent_deploy.start(t, site, token, await self._zip())
+        _record(node, site, info)
         return info
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def _node_states(self, handle: ClusterHandle) -> list[tuple[str, str]]:
-        """(NODE_* state, running agent sha or "") per node. A node whose agent is gone
-        without having been stopped (crash, kill -9), or whose agent does not answer, is
-        NODE_UNKNOWN; one stopped on purpose (stop, autostop) is NODE_STOPPED."""
-        out = [(NODE_UNKNOWN, "")] * len(handle.nodes)
-
-        async def one(i: int, node: NodeHandle) -> None:
+    async def query(self, handle: ClusterHandle) -> list[str]:
+        async def one(node: NodeHandle) -> str:
             t = self._node_transport(node)
             try:
                 await t.connection(attempts=1)
-                res = await t.run(["python3", "-c", remote.STATUS, node.node_dir], timeout=20, idempotent=True)
             except (SkydError, OSError):
-                return  # unreachable: unknown
-            word, _, sha = res.stdout.strip().partition(" ")
-            if word == "terminated":
-                out[i] = (NODE_TERMINATED, "")
-            elif word == "stopped":
-                out[i] = (NODE_STOPPED, "")
-            elif word == "running" and await self._healthy(handle, node):
-                out[i] = (NODE_RUNNING, sha)
+                return NODE_UNKNOWN
+            state, _ = await agent_deploy.node_state(t, _site(node, handle.cluster_name), handle.token)
+            return state
 
-        async with anyio.create_task_group() as tg:
-            for i, node in enumerate(handle.nodes):
-                tg.start_soon(one, i, node)
+        out = [NODE_UNKNOWN] * len(handle.nodes)
+
+        async def put(i: int, node: NodeHandle) -> None:
+            out[i] = await one(node)
+
+        await agent_deploy.gather([(put, i, n) for i, n in enumerate(handle.nodes)])
         return out
-
-    async def query(self, handle: ClusterHandle) -> list[str]:
-        return [s for s, _ in await self._node_states(handle)]
-
-    async def _healthy(self, handle: ClusterHandle, node: NodeHandle) -> bool:
-        try:
-            from skyd.nodeagent.client import AgentClient
-        except ImportError:  # pragma: no cover - agent package missing
-            return True
-        try:
-            host, port = await self.agent_endpoint(handle, node.rank)
-            async with AgentClient(host, port, handle.token) as c:
-                return await c.health(timeout=5.0)
-        except Exception:  # noqa: BLE001 - any failure means unhealthy
-            return False
 
     async def _shutdown(self, handle: ClusterHandle, node: NodeHandle) -> None:
         """Cancel jobs and exit via the agent, then make sure the process is gone."""
-        try:
-            from skyd.nodeagent.client import AgentClient
-
-            with anyio.fail_after(15):
-                host, port = await self.agent_endpoint(handle, node.rank)
-                async with AgentClient(host, port, handle.token) as c:
-                    await c.shutdown(exit=True)
-        except Exception:  # noqa: BLE001 - fall back to signals
-            pass
-        t = self._node_transport(node)
-        await t.run(["python3", "-c", remote.STOP, node.node_dir], timeout=30, idempotent=True)
+        await agent_deploy.shutdown(self._node_transport(node), _site(node, handle.cluster_name), handle.token)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         try:
@@ -315,7 +206,7 @@ class SSHProvisioner(Provisioner):
                 for node in handle.nodes:
                     tg.start_soon(self._shutdown, handle, node)
         except BaseExceptionGroup as eg:
-            raise _first_error(eg) from None
+            raise first_error(eg) from None
         log(f"Stopped the agents of {len(handle.nodes)} node(s); the hosts stay allocated")
 
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
@@ -330,7 +221,7 @@ class SSHProvisioner(Provisioner):
                 for node in handle.nodes:
                     tg.start_soon(one, node)
         except BaseExceptionGroup as eg:
-            raise _first_error(eg) from None
+            raise first_error(eg) from None
         log(f"Started the agents of {len(handle.nodes)} node(s)")
         return handle
 
@@ -338,41 +229,17 @@ class SSHProvisioner(Provisioner):
         """Start agents that are down and upgrade ones of another version (same node dir,
         so the job queue survives). Nodes stopped on purpose are left stopped (`start`
         starts them); healthy agents of this version cost one status round trip."""
-        states = await self._node_states(handle)
-        if any(s == NODE_TERMINATED for s, _ in states):
-            raise ClusterStateError(
-                f"cluster {handle.cluster_name!r}: a node's files are gone",
-                hint=f"skyd down {handle.cluster_name} and launch it again",
-            )
-        if any(s == NODE_STOPPED for s, _ in states):
-            return handle
-        _, sha = await self._zip()
-        todo = [n for n, (s, have) in zip(handle.nodes, states, strict=True)
-                if s != NODE_RUNNING or have != sha]  # fmt: skip
-        if not todo:
-            return handle
-
-        async def one(node: NodeHandle) -> None:
-            info = await self._start_agent(self._node_transport(node), node, handle.cluster_name, handle.token)
-            log(f"Node {node.rank}: agent {info.get('state')} on port {node.agent_port}")
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for node in todo:
-                    tg.start_soon(one, node)
-        except BaseExceptionGroup as eg:
-            raise _first_error(eg) from None
+        pairs = [(self._node_transport(n), _site(n, handle.cluster_name)) for n in handle.nodes]
+        await agent_deploy.ensure(pairs, handle.token, await self._zip(), log, cluster=handle.cluster_name)
+        for node, (_, site) in zip(handle.nodes, pairs, strict=True):
+            _record(node, site, None)
         return handle
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         async def one(node: NodeHandle) -> None:
             try:
-                await self._shutdown(handle, node)
                 t = self._node_transport(node)
-                sha = str(node.extra.get("sha", ""))
-                base = str(node.extra.get("base", posixpath.dirname(posixpath.dirname(node.node_dir))))
-                await t.run(["python3", "-c", remote.TERMINATE, node.node_dir, base, sha],
-                            timeout=60, idempotent=True, check=True)
+                await agent_deploy.remove(t, _site(node, handle.cluster_name), handle.token)
                 await t.close()
                 self._transports.pop(t.target.key, None)
             except (SkydError, OSError) as e:
@@ -393,9 +260,7 @@ class SSHProvisioner(Provisioner):
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         node = handle.nodes[rank]
-        t = self._node_transport(node)
-        host = str(node.extra.get("listen_host") or "127.0.0.1")
-        return "127.0.0.1", await t.forward_local(host, node.agent_port)
+        return await self._node_transport(node).agent_endpoint(_site(node, handle.cluster_name).address())
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> str:
         node = handle.nodes[rank]
@@ -409,7 +274,7 @@ class SSHProvisioner(Provisioner):
     async def sync_dir(
         self, handle: ClusterHandle, rank: int, src: str, dst: str, excludes: list[str]
     ) -> tuple[int, int]:
-        from skyd.pipeline.sync import sync_to_remote
+        from skyd.transports.sync import sync_to_remote
 
         t = self._node_transport(handle.nodes[rank])
         stats = await sync_to_remote(t, Path(src), self.remote_path(handle, rank, dst), excludes)
@@ -447,16 +312,29 @@ def _candidates(pool: Pool, off: Offering, facts: dict[str, dict[str, Any]]) -> 
     return [h for h in order if fits(h)]
 
 
-def _q(s: str) -> str:
-    import shlex
+def _site(node: NodeHandle, cluster: str) -> AgentSite:
+    """The deployer's view of an ssh node (its agent fields live in NodeHandle.extra)."""
+    x = node.extra
+    return AgentSite(
+        node_dir=node.node_dir,
+        base=str(x.get("base") or posixpath.dirname(posixpath.dirname(node.node_dir))),
+        rank=node.rank,
+        cluster=cluster,
+        listen_host=str(x.get("listen_host") or "127.0.0.1"),
+        port=node.agent_port,
+        socket=x.get("agent_socket") or None,
+        sha=str(x.get("sha") or ""),
+    )
 
-    return shlex.quote(s)
+
+def _record(node: NodeHandle, site: AgentSite, info: dict[str, Any] | None) -> None:
+    node.agent_port = site.port
+    if site.sha:
+        node.extra["sha"] = site.sha
+    if site.socket:
+        node.extra["agent_socket"] = site.socket
+    if info is not None:
+        node.extra["agent_state"] = info.get("state")
 
 
-def _first_error(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-__all__ = ["SSHProvisioner", "agent_zipapp", "SSHConnectError"]
+__all__ = ["SSHProvisioner"]

@@ -7,6 +7,10 @@
 - Keepalives (``keepalive_interval`` / ``keepalive_count_max``) notice dead peers.
 - A process-wide bound on concurrent SSH handshakes (``SKYD_SSH_MAX_CONNECTS``, default 16)
   keeps a 100-host ``ssh check`` or launch from opening 100 handshakes at once.
+- The node agent is reached through ``agent_endpoint``: a local port forward where the host
+  allows TCP forwarding, else (``AllowTcpForwarding no``: the first direct-tcpip channel is
+  refused, and that is remembered for the host) an exec relay to the agent's Unix socket
+  (skyd.transports.relay).
 - Host keys: checked against ``~/.ssh/known_hosts`` and skyd's own
   ``$SKYD_HOME/ssh/known_hosts``. First contact with an unknown host trusts its key and
   records it in skyd's file (trust on first use); a host whose key differs from a recorded
@@ -33,6 +37,8 @@ import asyncssh
 
 from skyd import paths
 from skyd.errors import SkydError
+from skyd.transports.base import AgentAddress, CommandError, RunResult, Transport, command_line
+from skyd.transports.relay import RELAY, Pipe, RelayListener
 
 __all__ = [
     "RunResult",
@@ -120,25 +126,8 @@ class SSHConnectionLost(SkydError):
     """The connection dropped while a command was running (it may or may not have run)."""
 
 
-class SSHCommandError(SkydError):
-    def __init__(self, target: SSHTarget, command: str, result: RunResult) -> None:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-        super().__init__(
-            f"command on {target} exited {result.exit_status}: {command[:120]}"
-            + ("\n  " + "\n  ".join(tail) if tail else "")
-        )
-        self.result = result
-
-
-@dataclass
-class RunResult:
-    exit_status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
+class SSHCommandError(CommandError):
+    """A command run with ``check=True`` exited non-zero on an SSH host."""
 
 
 _CONN_ERRORS: tuple[type[BaseException], ...] = (
@@ -176,6 +165,11 @@ def _load_known_hosts() -> asyncssh.SSHKnownHosts:
 
 def _kh_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
+
+
+# Hosts (SSHTarget.key) whose sshd refused a direct-tcpip channel: their agents are reached
+# through the exec relay from then on (for this daemon's lifetime).
+_NO_FORWARDING: set[str] = set()
 
 
 class _Client(asyncssh.SSHClient):
@@ -233,7 +227,7 @@ class _Forward:
 
 
 @dataclass
-class SSHTransport:
+class SSHTransport(Transport):
     """One multiplexed SSH connection to ``target`` (see module doc)."""
 
     target: SSHTarget
@@ -250,6 +244,12 @@ class SSHTransport:
     _forwards: dict[tuple[str, int], _Forward] = field(default_factory=dict, repr=False)
     reconnects: int = 0
     _ever_connected: bool = field(default=False, repr=False)
+    _relays: dict[str, RelayListener] = field(default_factory=dict, repr=False)
+    #: True/False once known (a direct-tcpip channel opened or was refused); None: not yet
+    forwarding: bool | None = None
+
+    def __str__(self) -> str:
+        return str(self.target)
 
     # -- connection ---------------------------------------------------------------------
 
@@ -363,6 +363,9 @@ class SSHTransport:
             if fwd.listener is not None:
                 fwd.listener.close()
         self._forwards.clear()
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
         if self._conn is not None:
             conn = self._conn
             self._conn = None
@@ -395,11 +398,7 @@ class SSHTransport:
         A channel that cannot be opened (dead connection) is retried after reconnecting; a
         connection lost while the command runs raises SSHConnectionLost unless
         ``idempotent`` (then it is run again once)."""
-        command = cmd if isinstance(cmd, str) else shlex.join(cmd)
-        if env:
-            command = (
-                " ".join(f"export {k}={shlex.quote(v)};" for k, v in env.items()) + " " + command
-            )
+        command = command_line(cmd, env)
         data = input.decode() if isinstance(input, bytes) else input
         for attempt in range(3):
             conn = await self.connection()
@@ -438,8 +437,24 @@ class SSHTransport:
         return self._sftp
 
     async def put(self, local: str | Path, remote: str, *, preserve: bool = True) -> None:
+        """Upload ``local`` to ``remote`` (a temp name, then renamed over it)."""
         sftp = await self.sftp()
-        await sftp.put(str(local), remote, preserve=preserve)
+        tmp = f"{remote}.part-{os.getpid()}"
+        await sftp.put(str(local), tmp, preserve=preserve)
+        await self._rename_over(sftp, tmp, remote)
+
+    async def get(self, remote: str, local: str | Path) -> None:
+        sftp = await self.sftp()
+        await sftp.get(remote, str(local), preserve=True)
+
+    @staticmethod
+    async def _rename_over(sftp: Any, tmp: str, remote: str) -> None:
+        try:
+            await sftp.posix_rename(tmp, remote)
+        except (asyncssh.SFTPError, asyncssh.SFTPOpUnsupported):
+            if await sftp.exists(remote):
+                await sftp.remove(remote)
+            await sftp.rename(tmp, remote)
 
     async def write_file(self, remote: str, data: bytes, *, mode: int = 0o600) -> None:
         """Write ``data`` atomically (temp + rename) with permissions ``mode`` from creation."""
@@ -449,12 +464,7 @@ class SSHTransport:
         async with sftp.open(tmp, "wb", attrs) as f:
             await f.write(data)
         await sftp.chmod(tmp, mode)
-        try:
-            await sftp.posix_rename(tmp, remote)
-        except (asyncssh.SFTPError, asyncssh.SFTPOpUnsupported):
-            if await sftp.exists(remote):
-                await sftp.remove(remote)
-            await sftp.rename(tmp, remote)
+        await self._rename_over(sftp, tmp, remote)
 
     # -- port forwarding ----------------------------------------------------------------
 
@@ -491,3 +501,63 @@ class SSHTransport:
                 except OSError:
                     continue
 
+
+    # -- the node agent's byte stream ---------------------------------------------------
+
+    async def agent_endpoint(self, addr: AgentAddress) -> tuple[str, int]:
+        """A local port reaching the agent: a port forward to (addr.host, addr.port), or,
+        on a host that refuses TCP forwarding, an exec relay to ``addr.socket``."""
+        if self.forwarding is None and self.target.key in _NO_FORWARDING:
+            self.forwarding = False
+        if self.forwarding is None:
+            await self._probe_forwarding(addr)
+        if self.forwarding is not False:
+            return "127.0.0.1", await self.forward_local(addr.host, addr.port)
+        if not addr.socket:
+            raise SSHConnectError(
+                f"{self.target}: the host refuses TCP forwarding and this node's agent has no "
+                "Unix socket to relay to (an agent from an older skyd)",
+                kind="forwarding",
+                hint="`skyd start CLUSTER` (or `skyd status -r`) restarts it with this skyd's agent",
+            )
+        return "127.0.0.1", await self.relay_local(addr.socket)
+
+    async def _probe_forwarding(self, addr: AgentAddress) -> None:
+        """Open one direct-tcpip channel to the agent: refused by policy (``administratively
+        prohibited``) means this host never forwards; anything else leaves it to the
+        forward (an agent that is down fails there as it would anyway)."""
+        conn = await self.connection()
+        try:
+            _reader, writer = await conn.open_connection(addr.host, int(addr.port))
+        except asyncssh.ChannelOpenError as e:
+            if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+                self.forwarding = False
+                _NO_FORWARDING.add(self.target.key)
+            return
+        except _CONN_ERRORS:
+            self._drop()
+            return
+        writer.close()
+        self.forwarding = True
+
+    async def relay_local(self, socket_path: str) -> int:
+        """A local 127.0.0.1 port whose connections each run the relay on the host (one
+        exec channel per connection) to the Unix socket ``socket_path``."""
+        relay = self._relays.get(socket_path)
+        if relay is not None and relay.serving:
+            return relay.port
+        command = shlex.join([self.python, "-S", "-c", RELAY, socket_path])  # -S: stdlib only, faster start
+
+        async def open_pipe() -> Pipe:
+            conn = await self.connection()
+            proc = await conn.create_process(command, encoding=None)
+
+            def alive() -> bool:
+                return proc.exit_status is None and not proc.is_closing() and not proc.stdout.at_eof()
+
+            return Pipe(proc.stdout, proc.stdin, proc.close, alive)
+
+        relay = RelayListener(open_pipe, name=str(self.target))
+        await relay.start()
+        self._relays[socket_path] = relay
+        return relay.port

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:
-    from skyd.pipeline.ssh_transport import SSHTransport
+    from skyd.transports.ssh import SSHTransport
 
 IGNORE_FILES_OWN = (".skydignore", ".skyignore")
 
@@ -376,7 +376,7 @@ async def _rsync_remote(
 async def _sftp_sync(
     transport: SSHTransport, src: Path, dst: str, patterns: list[str], parallel: int
 ) -> SyncStats:
-    from skyd.pipeline.ssh_transport import is_connection_error
+    from skyd.transports.ssh import is_connection_error
 
     done = SyncStats(method="sftp")
     try:
