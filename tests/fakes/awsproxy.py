@@ -3,6 +3,7 @@
 moto is lenient: it never runs out of capacity and hands out 10.x addresses that are not on
 this machine. The proxy adds what tests need, on the real wire protocol:
 
+- ``fail("sts", code)``: GetCallerIdentity is refused with ``code`` (expired credentials);
 - ``fail(zone_or_region, code)``: RunInstances aimed at that zone (or any zone of that
   region) is answered with EC2's error XML (``InsufficientInstanceCapacity``,
   ``VcpuLimitExceeded``, ``AuthFailure``...); nothing reaches moto;
@@ -179,6 +180,12 @@ class AWSProxy:
                 self.on_key(base64.b64decode(material).decode())
             except (ValueError, UnicodeDecodeError):
                 self.on_key(material)
+        if action == "GetCallerIdentity" and "sts" in self.failures:
+            code = self.failures["sts"]
+            xml = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>The security"
+                   f" token included in the request is expired</Message></Error><RequestId>{uuid.uuid4()}"
+                   "</RequestId></ErrorResponse>")
+            return web.Response(status=403, body=xml.encode(), content_type="text/xml")
         if action == "RunInstances":
             zone = form.get("Placement.AvailabilityZone", "")
             self.run_requests.append(form)

@@ -113,9 +113,16 @@ async def _region(clients: Clients, region: str, families: set[str]) -> list[Off
     return rows
 
 
-async def fetch_catalog(clients: Clients) -> list[Offering]:
-    ec2 = await clients.client("ec2", PRICING_REGION)
-    regions = sorted(str(r["RegionName"]) for r in (await ec2.describe_regions()).get("Regions") or [])
+async def fetch_catalog(clients: Clients, regions: list[str] | None = None) -> list[Offering]:
+    """Every region's offerings (``regions``: only these; $SKYD_AWS_CATALOG_REGIONS too)."""
+    import os
+
+    env = [r for r in os.environ.get("SKYD_AWS_CATALOG_REGIONS", "").split(",") if r.strip()]
+    if regions is None and env:
+        regions = [r.strip() for r in env]
+    if regions is None:
+        ec2 = await clients.client("ec2", PRICING_REGION)
+        regions = sorted(str(r["RegionName"]) for r in (await ec2.describe_regions()).get("Regions") or [])
     families = await anyio.to_thread.run_sync(_families)
     out: list[Offering] = []
     sem = anyio.Semaphore(CONCURRENT_REGIONS)
