@@ -104,7 +104,10 @@ def classify(exc: BaseException, where: str) -> Exception:
     hint = _HINTS.get(code)
     if scope == "stop" and code.startswith("InvalidAMIID"):
         hint = "check resources.image_id: the image must exist in this region (aws ec2 describe-images)"
-    return ResourcesUnavailableError(f"{where}: {msg or code}", scope=scope, provider_message=said,
+    text = msg or code
+    if hint == QUOTA_HINT:  # the fix belongs in the line the final error lists per attempt
+        text = f"quota exceeded ({code}): {hint}"
+    return ResourcesUnavailableError(f"{where}: {text}", scope=scope, provider_message=said,
                                      hint=hint)
 
 
