@@ -68,10 +68,10 @@ def test_amd_rows_present_and_catalog_only_marked(bundled: Catalog) -> None:
         ("vbm-256c-2048gb-8-mi300x-gpu", 8.0, 17.52, 14.72, "ord")
     ]
     assert bundled.by_accelerator("MI355X") and bundled.by_accelerator("MI325X")
-    # No provider module in this build provisions a catalog cloud yet: all catalog-only.
-    assert IMPLEMENTED["vultr"] is False and IMPLEMENTED["aws"] is False
+    # Catalog clouds without a provider module are catalog-only; aws has one.
+    assert IMPLEMENTED["vultr"] is False and IMPLEMENTED["azure"] is False and IMPLEMENTED["aws"] is True
     assert "vultr" in bundled.clouds and "vultr" not in bundled.enabled
-    assert bundled.enabled == frozenset()
+    assert bundled.enabled == frozenset({"aws"})
     assert bundled.with_enabled(["aws"]).enabled == {"aws"}
 
 

@@ -16,7 +16,8 @@ this machine. The proxy adds what tests need, on the real wire protocol:
   (the instances exist, the client has no answer yet) until ``release()`` -- for ``kill -9``
   tests; the held request still completes after the client is gone;
 - pricing GetProducts (which moto lacks) is answered from a small price table;
-- ``calls`` counts requests by action, ``api_s`` sums the time requests spent here.
+- ``calls`` counts requests by action, ``api_s`` sums the time requests spent here
+  (``intervals``: when each was in flight).
 
     proxy = AWSProxy(moto_url, hosts=["127.0.0.2"]).start()   # a thread with its own loop
     os.environ["AWS_ENDPOINT_URL"] = proxy.url
@@ -85,6 +86,7 @@ class AWSProxy:
         self.addresses: dict[str, str] = {}  # instance id -> loopback address
         self.calls: Counter[str] = Counter()
         self.api_s = 0.0
+        self.intervals: list[tuple[float, float]] = []  # (start, end) wall time of each request
         self.run_requests: list[dict[str, str]] = []  # RunInstances params, in order
         self.refused: list[tuple[str, str]] = []  # (zone, code) answered with an error
         self._pause: str | None = None
@@ -158,11 +160,12 @@ class AWSProxy:
     # -- the server -----------------------------------------------------------------------
 
     async def _handle(self, req: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         try:
             return await self._serve(req)
         finally:
             self.api_s += time.perf_counter() - t0
+            self.intervals.append((w0, time.time()))
 
     async def _serve(self, req: web.Request) -> web.StreamResponse:
         body = await req.read()

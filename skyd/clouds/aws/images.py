@@ -13,9 +13,13 @@ match the instance type's architecture (a clear error otherwise).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import secrets
+import threading
 import time
+import weakref
 from typing import Any
 
 import anyio
@@ -42,6 +46,8 @@ PATTERNS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 _MEM: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
+_WRITE_LOCK = threading.Lock()
+_LOOKUP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = weakref.WeakKeyDictionary()
 
 
 def vendor_of(accelerator: str | None) -> str:
@@ -80,7 +86,7 @@ def _read_disk() -> dict[str, Any]:
 def _write_disk(data: dict[str, Any]) -> None:
     path = _cache_file()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f)
     os.replace(tmp, path)
@@ -104,9 +110,10 @@ async def _remember(region: str, vendor: str, arch: str, image: dict[str, Any]) 
     _MEM[(region, vendor, arch)] = (now, image)
 
     def write() -> None:
-        disk = _read_disk()
-        disk["/".join((region, vendor, arch))] = {"at": now, "image": image}
-        _write_disk(disk)
+        with _WRITE_LOCK:
+            disk = _read_disk()
+            disk["/".join((region, vendor, arch))] = {"at": now, "image": image}
+            _write_disk(disk)
 
     await anyio.to_thread.run_sync(write)
 
@@ -133,9 +140,15 @@ async def default_image(ec2: Any, region: str, accelerator: str | None, arch: st
                         log: Any = None) -> dict[str, Any]:
     """The default image for an instance of this accelerator and architecture."""
     vendor = vendor_of(accelerator)
-    hit = await _cached(region, vendor, arch)
-    if hit is not None:
-        return hit
+    lock = _LOOKUP_LOCKS.setdefault(asyncio.get_running_loop(), anyio.Lock())
+    async with lock:  # the nodes of many clusters starting at once look it up once
+        hit = await _cached(region, vendor, arch)
+        if hit is not None:
+            return hit
+        return await _lookup(ec2, region, vendor, arch, log)
+
+
+async def _lookup(ec2: Any, region: str, vendor: str, arch: str, log: Any) -> dict[str, Any]:
     img = await _find(ec2, vendor, arch)
     if img is None and vendor != "cpu":
         if log is not None:
