@@ -22,6 +22,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,44 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("SKYD_AWS_LOOPBACK_ONLY", "1")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
-from bench.launch_bench import bench_daemon, skyd, time_to_line  # noqa: E402
+from bench.launch_bench import _answers, skyd, time_to_line  # noqa: E402
 from tests.test_aws_support import REGION, fake_aws  # noqa: E402
+
+
+@contextmanager
+def daemon(**extra: str) -> Iterator[dict[str, str]]:
+    """A daemon in a throwaway SKYD_HOME with ``extra`` in its environment (the fake AWS);
+    yields the env for CLI calls (also put in os.environ for the SDK client)."""
+    import shutil
+    import signal
+    import subprocess
+
+    home = Path(tempfile.mkdtemp(prefix="skyd-awsbd-"))
+    env = {**os.environ, "SKYD_HOME": str(home / "home"), "SKYD_SOCKET": str(home / "s.sock"),
+           "SKYD_CONFIG_DIR": str(home / "config"), "PYTHONPATH": str(REPO), **extra}
+    saved = dict(os.environ)
+    os.environ.update(env)
+    proc = subprocess.Popen([sys.executable, "-m", "skyd.daemon"], env=env, cwd=str(REPO),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(env["SKYD_SOCKET"]):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("daemon did not start")
+            time.sleep(0.02)
+        yield env
+    finally:
+        subprocess.run([str(Path(sys.executable).parent / "skyd"), "down", "-a", "-y"], env=env,
+                       capture_output=True, timeout=300)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.environ.clear()
+        os.environ.update(saved)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def bench_parallel(root: Path, n: int = 64) -> None:
@@ -114,11 +152,7 @@ def bench_failover(root: Path, runs: int) -> None:
     with fake_aws(root / "f", hosts=1) as c:
         for z in SIX[:5]:
             c.proxy.fail(NAMES[z], "InsufficientInstanceCapacity")
-        with bench_daemon() as env:
-            env.update(c.env, SKYD_CATALOG_DIR=str(cat))
-            os.environ.update(env)
-            # restart with the catalog and the AWS env: bench_daemon's daemon has neither
-            skyd(env, "daemon", "stop")
+        with daemon(**c.env, SKYD_CATALOG_DIR=str(cat)) as env:
             task = root / "t.yaml"
             task.write_text("resources:\n  infra: aws/us-east-1\n  instance_type: m6i.large\nrun: echo fo\n")
             skyd(env, "launch", "-c", "fo-warm", "-y", str(task), timeout=300)
@@ -145,10 +179,7 @@ def bench_failover(root: Path, runs: int) -> None:
 
 
 def bench_launch(root: Path, n: int) -> None:
-    with fake_aws(root / "l", hosts=1) as c, bench_daemon() as env:
-        skyd(env, "daemon", "stop")
-        env.update(c.env)
-        os.environ.update(env)
+    with fake_aws(root / "l", hosts=1) as c, daemon(**c.env) as env:
         aws_t = root / "aws.yaml"
         aws_t.write_text("resources:\n  infra: aws/us-east-1\n  instance_type: m6i.large\nrun: echo FIRST\n")
         loc_t = root / "local.yaml"

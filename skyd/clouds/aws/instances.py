@@ -141,10 +141,12 @@ async def wait_state(ec2: Any, tag: str, ids: list[str], states: tuple[str, ...]
             await anyio.sleep(poll_s())
 
 
-async def terminate_tagged(ec2: Any, tag: str) -> list[str]:
-    """Terminate every instance carrying ``tag`` and wait until they are gone."""
-    insts = await by_tag(ec2, tag, states=["pending", "running", "stopping", "stopped", "shutting-down"])
-    ids = [str(i["InstanceId"]) for i in insts]
+async def terminate_tagged(ec2: Any, tag: str, insts: list[dict[str, Any]] | None = None) -> list[str]:
+    """Terminate every instance carrying ``tag`` (``insts``: as just described) and wait
+    until they are gone."""
+    if insts is None:
+        insts = await by_tag(ec2, tag)
+    ids = [str(i["InstanceId"]) for i in insts if (i.get("State") or {}).get("Name") != "terminated"]
     if ids:
         await ec2.terminate_instances(InstanceIds=ids)
         await wait_state(ec2, tag, ids, ("terminated",))

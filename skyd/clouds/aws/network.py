@@ -124,21 +124,28 @@ def _perm(lo: int, hi: int) -> dict[str, Any]:
 
 async def ensure_security_group(ec2: Any, tag: str, name: str, vpc: str, ports: tuple[str, ...]) -> str:
     """The cluster's security group (made once): SSH and ``ports`` from anywhere, every
-    protocol between members."""
+    protocol between members. Two calls when new (create, one authorize)."""
+    from botocore.exceptions import ClientError
+
+    from skyd.clouds.aws.errors import is_code
+
     gname = object_name(tag)
-    found = await ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [gname]},
-                                                        {"Name": "vpc-id", "Values": [vpc]}])
-    groups = found.get("SecurityGroups") or []
-    if groups:
-        gid = str(groups[0]["GroupId"])
-    else:
+    try:
         made = await ec2.create_security_group(
             GroupName=gname, Description=f"skyd cluster {name}", VpcId=vpc,
             TagSpecifications=tag_specs(tag, name, ("security-group",)))
-        gid = str(made["GroupId"])
-        perms = [_perm(22, 22), {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid}]}]
-        await ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=perms)
-    await open_ports(ec2, gid, ports)
+    except ClientError as e:
+        if not is_code(e, "InvalidGroup.Duplicate"):
+            raise
+        found = await ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [gname]},
+                                                            {"Name": "vpc-id", "Values": [vpc]}])
+        gid = str(found["SecurityGroups"][0]["GroupId"])
+        await open_ports(ec2, gid, ("22", *ports))
+        return gid
+    gid = str(made["GroupId"])
+    perms = [_perm(22, 22), {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid}]}]
+    perms += [_perm(lo, hi) for lo, hi in port_ranges(ports) if (lo, hi) != (22, 22)]
+    await ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=perms)
     return gid
 
 
@@ -196,6 +203,4 @@ async def delete_cluster_objects(ec2: Any, tag: str, placement_groups: set[str] 
         except ClientError as e:
             if not is_code(e, "InvalidPlacementGroup.Unknown", "InvalidPlacementGroup.NotFound"):
                 raise
-    kps = (await ec2.describe_key_pairs(Filters=flt)).get("KeyPairs") or []
-    for k in kps:
-        await ec2.delete_key_pair(KeyName=k["KeyName"])
+    await ec2.delete_key_pair(KeyName=object_name(tag))  # idempotent: no error when absent

@@ -74,6 +74,8 @@ class AWSProvisioner(Provisioner):
         self._transports: dict[str, SSHTransport] = {}
         self._zones: dict[str, dict[str, str]] = {}  # region -> zone id/name -> zone name
         self._arch: dict[tuple[str, str], str] = {}
+        self._offered: dict[tuple[str, str], set[str]] = {}  # (region, type) -> zones
+        self._subnets: dict[str, tuple[str, str]] = {}  # zone -> (vpc, default subnet)
         self.deploy_agents = True  # bench/aws_bench.py measures the EC2 part alone
 
     async def ec2(self, region: str) -> Any:
@@ -122,10 +124,13 @@ class AWSProvisioner(Provisioner):
             self._arch[key] = "arm64" if "arm64" in archs and "x86_64" not in archs else "x86_64"
         return self._arch[key]
 
-    async def _offered_in(self, ec2: Any, itype: str, zone: str, where: str) -> None:
-        out = await ec2.describe_instance_type_offerings(LocationType="availability-zone", Filters=[
-            {"Name": "instance-type", "Values": [itype]}, {"Name": "location", "Values": [zone]}])
-        if not out.get("InstanceTypeOfferings"):
+    async def _offered_in(self, ec2: Any, region: str, itype: str, zone: str, where: str) -> None:
+        key = (region, itype)
+        if key not in self._offered:
+            out = await ec2.describe_instance_type_offerings(LocationType="availability-zone", Filters=[
+                {"Name": "instance-type", "Values": [itype]}])
+            self._offered[key] = {str(o["Location"]) for o in out.get("InstanceTypeOfferings") or []}
+        if zone not in self._offered[key]:
             raise ResourcesUnavailableError(f"{where}: {itype} is not offered in {zone}", scope="zone",
                                             provider_message="Unsupported")
 
@@ -190,14 +195,16 @@ class AWSProvisioner(Provisioner):
             gid = next((g["GroupId"] for i in have for g in i.get("SecurityGroups") or []), "")
         else:
             arch = await self._architecture(ec2, region, off.instance_type)
-            await self._offered_in(ec2, off.instance_type, zone, where)
+            await self._offered_in(ec2, region, off.instance_type, zone, where)
             if req.image_id:
                 img = await images.given_image(ec2, region, req.image_id, arch, off.instance_type)
             else:
                 img = await images.default_image(ec2, region, off.accelerator, arch, log)
             ssh_user = images.ssh_user(img)
             key_name = await network.ensure_key_pair(ec2, tag, name, pub)
-            vpc, subnet = await network.default_subnet(ec2, zone)
+            if zone not in self._subnets:
+                self._subnets[zone] = await network.default_subnet(ec2, zone)
+            vpc, subnet = self._subnets[zone]
             gid = await network.ensure_security_group(ec2, tag, name, vpc, req.ports)
             pg = None
             if req.num_nodes > 1 and _config().get("placement_group"):
@@ -356,11 +363,12 @@ class AWSProvisioner(Provisioner):
     async def _remove(self, region: str, tag: str) -> list[str]:
         async def run() -> list[str]:
             ec2 = await self.ec2(region)
-            pgs = {str((i.get("Placement") or {}).get("GroupName")) for i in await instances.by_tag(ec2, tag)
+            insts = await instances.by_tag(ec2, tag)
+            pgs = {str((i.get("Placement") or {}).get("GroupName")) for i in insts
                    if (i.get("Placement") or {}).get("GroupName")}
             if _config().get("placement_group"):
                 pgs.add(network.object_name(tag))  # made before RunInstances failed
-            ids = await instances.terminate_tagged(ec2, tag)
+            ids = await instances.terminate_tagged(ec2, tag, insts)
             await network.delete_cluster_objects(ec2, tag, pgs)
             return ids
 
