@@ -86,8 +86,14 @@ async def test_launch_run_stop_start_terminate_over_ssh(env: Cloud) -> None:
         # provisioning the same cluster again finds its instances by tag
         again = await prov.provision(_req("aws-life", 2, ports=("8080",)), logs.append)
         assert [n.instance_id for n in again.nodes] == [n.instance_id for n in h.nodes]
+        from skyd.transports.ssh import known_hosts_path
+
+        port = h.nodes[0].ssh["port"]  # type: ignore[index]
+        assert f"[127.0.0.2]:{port} " in known_hosts_path().read_text()
         await prov.terminate(h, logs.append)
         assert await prov.query(h) == ["terminated", "terminated"]
+        # EC2 reuses addresses: the terminated nodes' host keys are forgotten
+        assert f"[127.0.0.2]:{port} " not in known_hosts_path().read_text()
     finally:
         await cloud.close()
 
@@ -109,6 +115,27 @@ async def test_spot_goes_through_instance_market_options(env: Cloud) -> None:
         await prov.terminate(h, lambda _m: None)
     finally:
         await cloud.close()
+
+
+async def test_skyds_key_is_made_once_under_concurrent_launches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio
+
+    from skyd.clouds.aws.network import key_path, ssh_key
+
+    monkeypatch.setenv("SKYD_HOME", str(tmp_path / "home"))
+    got: list[str] = []
+
+    async def one() -> None:
+        got.append((await ssh_key())[1])
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(16):
+            tg.start_soon(one)
+    assert len(set(got)) == 1 and got[0].startswith("ssh-ed25519 ")
+    assert key_path().stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in key_path().parent.iterdir()) == ["id_ed25519", "id_ed25519.pub"]
 
 
 def test_query_maps_ec2_states_and_spot_interruptions() -> None:

@@ -20,6 +20,8 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlparse
 
+import anyio
+
 from skyd.errors import CredentialsError
 
 LOOPBACK_ENV = "SKYD_AWS_LOOPBACK_ONLY"
@@ -65,6 +67,7 @@ class Clients:
         self._clients: dict[tuple[str, str], Any] = {}
         self._stacks: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = anyio.Lock()
 
     def session(self) -> Any:
         if self._session is None:
@@ -85,7 +88,16 @@ class Clients:
             self._clients.clear()
             self._stacks.clear()
             self._loop = loop
+            self._lock = anyio.Lock()
         key = (service, region)
+        c = self._clients.get(key)
+        if c is not None:
+            return c
+        async with self._lock:  # concurrent first calls share one client
+            return await self._open(key)
+
+    async def _open(self, key: tuple[str, str]) -> Any:
+        service, region = key
         c = self._clients.get(key)
         if c is None:
             guard_endpoint(service)
