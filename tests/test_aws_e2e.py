@@ -167,3 +167,16 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
     assert set(aws.leftovers()["instances"]) == now  # only the cluster's own node is left
     env.ok("down", name, "-y", timeout=120)
     assert aws.leftovers() == {}
+
+
+def test_catalog_refresh_aws_from_the_cli(env: Env, aws: Cloud, tmp_path: Path) -> None:
+    from tests.test_daemon_support import cli
+
+    home = tmp_path / "home"  # not the module daemon's: its catalog stays the bundled one
+    r = cli("catalog", "refresh", "aws", env={"SKYD_HOME": str(home), "SKYD_AWS_CATALOG_REGIONS": "us-east-1"},
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "aws: wrote" in r.stdout
+    (path,) = (home / "catalogs" / "aws").glob("*.csv")
+    text = path.read_text()
+    assert "m6i.large,,,2.0,8.0,,us-east-1,use1-az" in text and "p4d.24xlarge,A100,8.0" in text

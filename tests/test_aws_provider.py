@@ -138,6 +138,27 @@ async def test_skyds_key_is_made_once_under_concurrent_launches(
     assert sorted(p.name for p in key_path().parent.iterdir()) == ["id_ed25519", "id_ed25519.pub"]
 
 
+async def test_multi_node_in_one_subnet_with_a_placement_group_when_asked(env: Cloud) -> None:
+    cfg = Path(os.environ["SKYD_CONFIG_DIR"])
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.yaml").write_text("aws:\n  placement_group: true\n")
+    cloud = await _cloud()
+    prov = cloud.provisioner()
+    prov.deploy_agents = False
+    try:
+        h = await prov.provision(_req("aws-pg", 3), lambda _m: None)
+        run = env.proxy.run_requests[-1]
+        assert run["Placement.GroupName"] == "skyd-aws-pg-x1" and run["MinCount"] == "3"
+        assert run["NetworkInterface.1.SubnetId"]
+        assert [n.rank for n in h.nodes] == [0, 1, 2]
+        assert {n.extra["listen_host"] for n in h.nodes} == {n.internal_ip for n in h.nodes}
+        assert env.proxy.placement_groups == {"skyd-aws-pg-x1"}
+        await prov.terminate(h, lambda _m: None)
+        assert env.proxy.placement_groups == set()
+    finally:
+        await cloud.close()
+
+
 def test_query_maps_ec2_states_and_spot_interruptions() -> None:
     from skyd.clouds.aws.instances import node_state
 

@@ -91,16 +91,17 @@ class Cloud:
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def leftovers(self, region: str = REGION) -> dict[str, list[str]]:
-        """What skyd made that moto still holds: live instances, security groups and key
-        pairs carrying a skyd tag (moto cannot describe placement groups)."""
+        """What skyd made that is still there: live instances, security groups and key pairs
+        carrying a skyd tag, and placement groups (kept by the proxy)."""
         ec2 = self.boto(region=region)
         flt = [{"Name": "tag-key", "Values": ["skyd-cluster"]}]
         insts = [i["InstanceId"] for r in ec2.describe_instances(Filters=flt)["Reservations"]
                  for i in r["Instances"] if i["State"]["Name"] != "terminated"]
         sgs = [g["GroupName"] for g in ec2.describe_security_groups(Filters=flt)["SecurityGroups"]]
         kps = [k["KeyName"] for k in ec2.describe_key_pairs(Filters=flt)["KeyPairs"]]
+        pgs = sorted(self.proxy.placement_groups)  # the proxy keeps them (moto lacks them)
         return {k: v for k, v in (("instances", insts), ("security_groups", sgs),
-                                  ("key_pairs", kps)) if v}
+                                  ("key_pairs", kps), ("placement_groups", pgs)) if v}
 
     def stop(self) -> None:
         try:

@@ -15,7 +15,8 @@ this machine. The proxy adds what tests need, on the real wire protocol:
 - ``pause_at(point)``: hold the next RunInstances ``before`` it reaches moto or ``after``
   (the instances exist, the client has no answer yet) until ``release()`` -- for ``kill -9``
   tests; the held request still completes after the client is gone;
-- pricing GetProducts (which moto lacks) is answered from a small price table;
+- pricing GetProducts and Create/DeletePlacementGroup (which moto lacks) are answered
+  here (``placement_groups``: those that exist);
 - ``calls`` counts requests by action, ``api_s`` sums the time requests spent here
   (``intervals``: when each was in flight).
 
@@ -88,6 +89,7 @@ class AWSProxy:
         self.api_s = 0.0
         self.intervals: list[tuple[float, float]] = []  # (start, end) wall time of each request
         self.run_requests: list[dict[str, str]] = []  # RunInstances params, in order
+        self.placement_groups: set[str] = set()  # made and not deleted (moto has none)
         self.refused: list[tuple[str, str]] = []  # (zone, code) answered with an error
         self._pause: str | None = None
         self.reached = threading.Event()
@@ -189,6 +191,12 @@ class AWSProxy:
                    f" token included in the request is expired</Message></Error><RequestId>{uuid.uuid4()}"
                    "</RequestId></ErrorResponse>")
             return web.Response(status=403, body=xml.encode(), content_type="text/xml")
+        if action in ("CreatePlacementGroup", "DeletePlacementGroup"):  # moto lacks them
+            name = form.get("GroupName", "")
+            (self.placement_groups.add if action.startswith("Create") else self.placement_groups.discard)(name)
+            return web.Response(body=(f'<{action}Response xmlns="{EC2_NS}"><requestId>{uuid.uuid4()}'
+                                      f"</requestId><return>true</return></{action}Response>").encode(),
+                                content_type="text/xml")
         if action == "RunInstances":
             zone = form.get("Placement.AvailabilityZone", "")
             self.run_requests.append(form)
