@@ -180,3 +180,32 @@ def test_catalog_refresh_aws_from_the_cli(env: Env, aws: Cloud, tmp_path: Path) 
     (path,) = (home / "catalogs" / "aws").glob("*.csv")
     text = path.read_text()
     assert "m6i.large,,,2.0,8.0,,us-east-1,use1-az" in text and "p4d.24xlarge,A100,8.0" in text
+
+
+def test_check_reports_expired_credentials_with_the_fix(env: Env, aws: Cloud) -> None:
+    rows = {r["infra"]: r for r in json.loads(env.ok("check", "-o", "json").stdout)}
+    assert rows["aws"]["launch"] is True and "123456789012" in rows["aws"]["reason"]
+    aws.proxy.fail("sts", "ExpiredToken")
+    rows = {r["infra"]: r for r in json.loads(env.ok("check", "-o", "json").stdout)}
+    assert rows["aws"]["launch"] is False
+    assert "ExpiredToken" in rows["aws"]["reason"] and "aws sso login" in rows["aws"]["reason"]
+    aws.proxy.clear_failures()
+    env.ok("check", "-o", "json")  # enabled again for the tests after this one
+
+
+def test_missing_credentials_end_the_launch_with_the_fix(
+    env: Env, aws: Cloud, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.test_daemon_support import cli
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    calls = sum(aws.proxy.calls.values())
+    with module_env(tmp_path_factory):  # a daemon of its own, without credentials
+        y = write(tmp_path / "c.yaml", TASK)
+        r = cli("launch", "-c", "aws-nocreds", "-y", str(y), timeout=120)
+    assert r.returncode == 4, r
+    assert "no AWS credentials found" in r.stderr and "AWS_ACCESS_KEY_ID" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert sum(aws.proxy.calls.values()) == calls and aws.leftovers() == {}  # no call at all

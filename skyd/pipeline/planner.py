@@ -195,6 +195,15 @@ def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
     return out
 
 
+def _hint_disabled_pins(err: ResourcesUnavailableError, task: Any, results: dict[str, Any]) -> None:
+    """A task pinned to a provider whose check failed: the fix is the check's own answer
+    (e.g. which credentials to set), not "relax the request"."""
+    pinned = sorted({r.cloud for r in (task.resources or []) if getattr(r, "cloud", None)})
+    failed = [(c, results[c].reason) for c in pinned if c in results and not results[c].ok]
+    if failed:
+        err.hint = "; ".join(f"{c} is disabled: {why}" for c, why in failed)
+
+
 async def plan_task(
     task: Any, *, blocked: list[Block], minimize: str = "cost", store: Any | None = None
 ) -> list[Choice]:
@@ -202,8 +211,15 @@ async def plan_task(
     `store`: where the cloud checks are cached (probed now when missing or stale)."""
     import anyio
 
-    ok = await _ok_clouds(store)
-    plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
+    from skyd.pipeline import cloudcheck
+
+    results = await cloudcheck.checks(store)
+    ok = cloudcheck.enabled(results)
+    try:
+        plans = await anyio.to_thread.run_sync(_solve, task, blocked, minimize, True, ok)
+    except ResourcesUnavailableError as e:
+        _hint_disabled_pins(e, task, results)
+        raise
     choices: list[Choice] = []
     seen: set[tuple[Any, ...]] = set()
     for plan in plans:
