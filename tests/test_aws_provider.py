@@ -247,6 +247,17 @@ async def test_loopback_guard_refuses_other_endpoints(env: Cloud, monkeypatch: p
         await cloud.close()
 
 
+def test_the_loopback_guard_refuses_a_non_loopback_node_without_dialling() -> None:
+    from skyd.clouds.aws.provisioner import AWSProvisioner
+    from skyd.clouds.base import NodeHandle
+
+    node = NodeHandle(rank=0, instance_id="i-1", internal_ip="10.0.0.5",
+                      ssh={"host": "10.0.0.5", "port": 22, "user": "ubuntu"})
+    assert os.environ["SKYD_AWS_LOOPBACK_ONLY"] == "1"  # tests/conftest.py, for every test
+    with pytest.raises(ResourcesUnavailableError, match="refusing to connect to 10.0.0.5"):
+        AWSProvisioner()._transport(node)  # raised before any transport exists
+
+
 def test_a_region_that_does_not_exist_is_refused_with_a_suggestion() -> None:
     from skyd.clouds.aws.cloud import AWSCloud
 
