@@ -112,9 +112,16 @@ def _enabled_catalog_clouds(
 ) -> set[str]:
     """Catalog clouds a plan may use: SKYD_CATALOG_DIR clouds (or credentialed ones), and
     for a real launch only those this build can provision (and whose check passed)."""
+    import os
+
     enabled = set(catalog.enabled)
     if launchable_only:
         enabled &= set(registered_clouds()) if ok_clouds is None else ok_clouds
+    elif ok_clouds is not None and not os.environ.get("SKYD_CATALOG_DIR"):
+        # --dryrun: a cloud this build provisions (aws) is planned only with working
+        # credentials, as a launch would; SKYD_CATALOG_DIR still names exactly what is planned.
+        registered = set(registered_clouds())
+        enabled = {c for c in enabled if c not in registered or c in ok_clouds}
     return enabled
 
 
