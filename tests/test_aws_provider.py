@@ -98,6 +98,31 @@ async def test_launch_run_stop_start_terminate_over_ssh(env: Cloud) -> None:
         await cloud.close()
 
 
+async def test_ensure_agents_restarts_a_killed_agent(env: Cloud) -> None:
+    import json
+    import signal
+
+    from skyd.nodeagent.client import AgentClient
+
+    cloud = await _cloud()
+    prov = cloud.provisioner()
+    try:
+        h = await prov.provision(_req("aws-repair"), lambda _m: None)
+        info = Path(h.nodes[0].node_dir) / "agent.json"  # the fake host's files are local
+        pid = int(json.loads(info.read_text())["pid"])
+        os.kill(pid, signal.SIGKILL)
+        logs: list[str] = []
+        h = await prov.ensure_agents(h, logs.append)  # what status -r does
+        assert any("agent started" in m for m in logs), logs
+        assert int(json.loads(info.read_text())["pid"]) != pid
+        host, port = await prov.agent_endpoint(h, 0)
+        async with AgentClient(host, port, h.token) as c:
+            assert await c.health(timeout=10)
+        await prov.terminate(h, lambda _m: None)
+    finally:
+        await cloud.close()
+
+
 async def test_spot_goes_through_instance_market_options(env: Cloud) -> None:
     cloud = await _cloud()
     prov = cloud.provisioner()
