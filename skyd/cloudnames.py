@@ -18,6 +18,7 @@ from collections.abc import Iterator
 PROVIDERS: dict[str, str] = {
     "local": "skyd.clouds.local:LocalCloud",
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
+    "aws": "skyd.clouds.aws.cloud:AWSCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
 }
 
