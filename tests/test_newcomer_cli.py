@@ -122,7 +122,8 @@ def test_dryrun_plans_over_every_catalog_and_says_how_to_enable(daemon: Any, tmp
     assert r.returncode == 0, r.stderr
     assert "A100:8" in r.stdout and "p4d.24xlarge" in r.stdout  # AWS's 8x A100, priced
     assert "not enabled" in r.stdout and "Nothing can launch this now" in r.stdout
-    assert re.search(r"^  aws: catalog only", r.stdout, re.M)  # how to enable, per infra
+    assert re.search(r"^  aws: \S", r.stdout, re.M)  # how to enable, per infra
+    assert re.search(r"^  lambda: catalog only", r.stdout, re.M)  # no provider module yet
     doc = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
     assert doc["launchable"] is False and doc["infras"]["aws"]["launch"] is False
     assert doc["infras"]["aws"]["how"] and doc["infras"]["local"]["launch"] is True
