@@ -226,8 +226,17 @@ class LocalProvisioner(Provisioner):
             for node in handle.nodes:
                 tg.start_soon(one, node)
 
+    async def _reap_jobs(self, node_dirs: list[Path]) -> None:
+        """End every job process group recorded on these nodes (the agent may be dead)."""
+        from skyd.nodeagent.reaper import kill_recorded_groups
+
+        for nd in node_dirs:
+            if nd.exists():
+                await anyio.to_thread.run_sync(kill_recorded_groups, nd)
+
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._shutdown_agents(handle)
+        await self._reap_jobs([Path(n.node_dir) for n in handle.nodes])
         for node in handle.nodes:
             nd = Path(node.node_dir)
             if nd.exists():
@@ -270,6 +279,7 @@ class LocalProvisioner(Provisioner):
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._shutdown_agents(handle)
         cdir = self.cluster_dir(handle.cluster_name)
+        await self._reap_jobs(sorted(cdir.glob("node-*")) if cdir.exists() else [])
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
         log(f"Removed {cdir}")
 
@@ -282,6 +292,7 @@ class LocalProvisioner(Provisioner):
                     os.killpg(os.getpgid(int(info["pid"])), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+        await self._reap_jobs(sorted(cdir.glob("node-*")) if cdir.exists() else [])
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(cdir, ignore_errors=True))
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:

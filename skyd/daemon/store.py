@@ -84,6 +84,12 @@ class Store:
                         await db.close()
 
     @property
+    def write_lock(self) -> anyio.Lock:
+        """The lock every write transaction on this database file takes in this process
+        (other connections to the same file, e.g. the managed-jobs tables, share it)."""
+        return self._wlock
+
+    @property
     def is_open(self) -> bool:
         return self._w is not None
 
@@ -130,7 +136,7 @@ class Store:
         """
         async with self._wlock:
             db = self._writer()
-            await db.execute("BEGIN IMMEDIATE")
+            await _begin_immediate(db)
             try:
                 yield db
             except BaseException:
@@ -208,6 +214,24 @@ class Store:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, dumps(value)),
         )
+
+
+async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> None:
+    """BEGIN IMMEDIATE, retried while another process holds SQLite's write lock past the
+    busy timeout (right after a crash, WAL recovery can also answer "locked" at once)."""
+    deadline = anyio.current_time() + budget
+    delay = 0.01
+    while True:
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            if anyio.current_time() >= deadline:
+                raise
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 def _split_sql(script: str) -> list[str]:

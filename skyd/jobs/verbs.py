@@ -74,7 +74,8 @@ async def _startup(daemon: Daemon) -> None:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
 
         ops = PipelineClusterOps(daemon.store)
-    db = await JobsDB.open(paths.db_path())  # own connection; WAL + busy_timeout
+    # Own connection, sharing the store's write lock (one writer at a time in this process).
+    db = await JobsDB.open(paths.db_path(), lock=daemon.store.write_lock)
     await resume_all(db, ops, daemon.spawn, _config())
 
 

@@ -45,6 +45,49 @@ async def _kv_put(store: Any, key: str, value: dict[str, Any]) -> None:
         )
 
 
+async def provision_token(store: Any, request_id: str, name: str) -> str:
+    """The cluster token of this provisioning, persisted once before any agent starts.
+
+    A provisioning resumed after a daemon crash finds the agents it already started, so
+    it must hand them the same token: a fresh one would leave them answering
+    UNAUTHENTICATED forever. Dropped once the handle (which carries it) is saved.
+    """
+    key = f"provision-token:{request_id}:{name}"
+    async with store.tx() as db:
+        cur = await db.execute("SELECT value FROM kv WHERE key = ?", (key,))
+        row = await cur.fetchone()
+        if row is not None:
+            return str(json.loads(row[0]))
+        token = secrets.token_urlsafe(24)
+        await db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (key, json.dumps(token)))
+    return token
+
+
+async def _drop_provision_token(store: Any, request_id: str, name: str) -> None:
+    async with store.tx() as db:
+        await db.execute("DELETE FROM kv WHERE key = ?", (f"provision-token:{request_id}:{name}",))
+
+
+def check_local_paths(task: Any) -> None:
+    """The workdir and every local file-mount source exist: checked before anything is
+    provisioned, so a typo never leaves a cluster behind."""
+    from pathlib import Path
+
+    if task.workdir:
+        wd = planner.workdir_path(task)
+        if not Path(wd).expanduser().is_dir():
+            raise InvalidSpecError(
+                f"workdir {wd!r} is not a directory", field="workdir",
+                hint="fix the path (relative paths are relative to the task YAML)",
+            )
+    for dst, src in planner.local_mounts(task).items():
+        if not Path(src).expanduser().exists():
+            raise InvalidSpecError(
+                f"local source {src!r} does not exist", field=f"file_mounts.{dst}",
+                hint="fix the path (relative paths are relative to the task YAML)",
+            )
+
+
 def _precheck(task: Any, cloud_name: str) -> None:
     cloud = get_cloud(cloud_name)
     if "bucket_mounts" in cloud.unsupported:
@@ -56,11 +99,27 @@ def _precheck(task: Any, cloud_name: str) -> None:
             )
 
 
+def _inside_pin(choices: list[planner.Choice], pin: dict[str, Any] | None) -> list[planner.Choice]:
+    """The choices inside a pinned location (a managed job's recovery on the same infra);
+    a pin is matched on the offering's own cloud/region/zone, whatever the infra's syntax."""
+    if not pin:
+        return choices
+    keep = [
+        c for c in choices
+        if all(pin.get(k) in (None, getattr(c.offering, k)) for k in ("cloud", "region", "zone"))
+    ]
+    if not keep:
+        loc = "/".join(str(pin[k]) for k in ("cloud", "region", "zone") if pin.get(k))
+        raise ResourcesUnavailableError(f"no launchable resources in {loc}", field="resources")
+    return keep
+
+
 async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
     """OPTIMIZE + PROVISION with failover over the ranked plan."""
     store = ctx.store
     blocked: list[planner.Block] = list(payload.get("blocked") or [])
     gap = RETRY_UNTIL_UP_GAP
+    token = await provision_token(store, ctx.request_id, name)
     while True:
         await ctx.stage("OPTIMIZE", "start")
         try:
@@ -74,6 +133,7 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
             gap = min(gap * 2, 600)
             blocked = []
             continue
+        choices = _inside_pin(choices, payload.get("pin"))
         first = choices[0]
         await ctx.stage("OPTIMIZE", "done", choice=first.describe())
         for choice in choices:
@@ -93,7 +153,7 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
                 num_nodes=task.num_nodes,
                 offering=choice.offering,
                 use_spot=choice.use_spot,
-                token=secrets.token_urlsafe(24),
+                token=token,
             )
             try:
                 handle = await backend.provision(req, ctx.log)
@@ -111,8 +171,10 @@ async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) ->
                 with anyio.CancelScope(shield=True):
                     await backend.prov.forget(name)
                     await cdb.remove_cluster(store, name)
+                    await _drop_provision_token(store, ctx.request_id, name)
                 raise
             await cdb.save_handle(store, handle, cdb.UP)
+            await _drop_provision_token(store, ctx.request_id, name)
             await ctx.stage("PROVISION", "done", infra=choice.describe())
             return handle
         # Every ranked choice failed: re-solve with the blocks.
@@ -175,6 +237,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")
+    await anyio.to_thread.run_sync(check_local_paths, task)
     store = ctx.store
     kv_key = f"launch:{ctx.request_id}"
     state = await _kv_get(store, kv_key)
@@ -274,6 +337,7 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         )
     task = await load_task_from_payload(payload)
     planner.check_fits(task, handle)
+    await anyio.to_thread.run_sync(check_local_paths, task)
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     if task.workdir:
