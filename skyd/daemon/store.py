@@ -20,6 +20,7 @@ import aiosqlite
 import anyio
 
 from skyd.daemon.schema import MIGRATIONS
+from skyd.errors import SkydError
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -214,6 +215,42 @@ class Store:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, dumps(value)),
         )
+
+
+def storage_error(exc: BaseException, db_path: Path | None = None) -> SkydError | None:
+    """A SkydError naming the path and the fix for a write that failed because the disk is
+    full or the state database (or its directory) is read-only; None for anything else."""
+    import errno
+
+    from skyd import paths
+
+    db = Path(db_path) if db_path is not None else paths.db_path()
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError):
+        if "disk is full" in text or ("disk i/o error" in text and _full(db)):
+            return SkydError(f"disk full: cannot write the state database {db}",
+                             hint=f"free space on the filesystem holding {db.parent}, then retry")
+        if "readonly" in text or "read-only" in text:
+            return SkydError(f"state database is read-only: {db}",
+                             hint=f"make {db} and its directory {db.parent} writable, then retry")
+        return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = exc.filename or db.parent
+        return SkydError(f"disk full: cannot write {where}",
+                         hint="free space on that filesystem, then retry")
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        where = exc.filename or db.parent
+        return SkydError(f"read-only filesystem: cannot write {where}",
+                         hint="remount it read-write or point SKYD_HOME elsewhere")
+    return None
+
+
+def _full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail == 0
 
 
 async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> None:
