@@ -216,3 +216,24 @@ def test_job_that_ends_while_the_disk_is_full_does_not_stay_running(small_fs: Pa
     finally:
         if _alive(int(info["pid"])):
             os.kill(int(info["pid"]), signal.SIGKILL)
+
+
+def test_managed_job_whose_agent_died_recovers_without_running_twice(
+    daemon: Any, skyd_home: Path, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    f = tmp_path / "mj.yaml"
+    f.write_text(f"name: mj\nrun: |\n  echo $$ >> {pids}\n  sleep 300\n")
+    r = cli("jobs", "launch", "-d", "-o", "json", str(f))
+    assert r.returncode == 0, r.stderr
+    jid = int(json.loads(r.stdout)["job_id"])
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 1, timeout=60)
+    first = int(pids.read_text().split()[0])
+    _kill_agent(skyd_home, f"skyd-jobs-{jid}-0")
+    wait_for(lambda: len(pids.read_text().split()) == 2, timeout=90, interval=0.2)
+    second = int(pids.read_text().split()[1])
+    assert not _alive(first), "the first copy still runs beside the recovered one"
+    assert _alive(second)
+    r = cli("jobs", "cancel", "-y", str(jid))
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: not _alive(second), timeout=30)
