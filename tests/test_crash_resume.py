@@ -230,3 +230,28 @@ def test_cli_reattaches_when_the_daemon_dies_under_a_launch(skyd_home: Path) -> 
                        capture_output=True, timeout=60)  # fmt: skip
         d.terminate()
         d.cleanup()
+
+
+async def test_forget_ends_an_agent_that_had_not_announced_itself(skyd_home: Path) -> None:
+    """A launch that died while its agent was starting (no agent.json yet) is cleaned up
+    by `forget`/`down`: the agent must not outlive its sandbox."""
+    import skyd.clouds.local  # noqa: F401 - registers the `local` infra
+    from skyd.clouds.base import get_cloud
+    from skyd.nodeagent.client import start_agent_detached_blocking
+
+    prov = get_cloud("local").provisioner()
+    nd = skyd_home / "local" / "half" / "node-0"
+    nd.mkdir(parents=True)
+    (nd / "token").write_text("tok")
+    info = await anyio.to_thread.run_sync(
+        lambda: start_agent_detached_blocking(nd, token_file=nd / "token", cluster="half"))
+    try:
+        (nd / "agent.json").unlink()  # as if the daemon died before the agent wrote it
+        await prov.forget("half")
+        with anyio.fail_after(10):
+            while _alive(int(info["pid"])):
+                await anyio.sleep(0.05)
+        assert not (skyd_home / "local" / "half").exists()
+    finally:
+        if _alive(int(info["pid"])):
+            os.kill(int(info["pid"]), signal.SIGKILL)

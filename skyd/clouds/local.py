@@ -227,10 +227,17 @@ class LocalProvisioner(Provisioner):
                 tg.start_soon(one, node)
 
     async def _reap_jobs(self, node_dirs: list[Path]) -> None:
-        """End every job process group recorded on these nodes (the agent may be dead)."""
+        """End every job process group recorded on these nodes (the agent may be dead), and
+        any agent still running there (one that was starting when its launch died has no
+        agent.json yet, and would otherwise outlive its sandbox)."""
         from skyd.nodeagent.reaper import kill_recorded_groups
 
         for nd in node_dirs:
+            for pid in await anyio.to_thread.run_sync(_agents_on, nd):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             if nd.exists():
                 await anyio.to_thread.run_sync(kill_recorded_groups, nd)
 
@@ -327,6 +334,27 @@ class LocalProvisioner(Provisioner):
 
         stats = await sync_local_dir(source, target, excludes)
         return stats.files, stats.bytes
+
+
+def _agents_on(node_dir: Path) -> list[int]:
+    """Live node-agent processes whose --home is this node dir (found in /proc)."""
+    wants = {b"\0--home\0" + str(p).encode() + b"\0" for p in (node_dir, Path(node_dir).resolve())}
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if any(w in cmd + b"\0" for w in wants) and LocalProvisioner._pid_alive(int(name)):
+            out.append(int(name))
+    return out
 
 
 class LocalCloud(Cloud):
