@@ -255,3 +255,20 @@ async def test_forget_ends_an_agent_that_had_not_announced_itself(skyd_home: Pat
     finally:
         if _alive(int(info["pid"])):
             os.kill(int(info["pid"]), signal.SIGKILL)
+
+
+async def test_a_resumed_jobs_launch_never_creates_the_job_twice(skyd_home: Path) -> None:
+    from skyd.daemon.registry import VERBS
+    from skyd.jobs import verbs as _jobs_verbs  # noqa: F401 - registers jobs.launch
+    from skyd.jobs.state import JobsDB
+
+    assert VERBS["jobs.launch"].resumable
+    store = await _store(skyd_home)
+    db = await JobsDB.open(store.path, lock=store.write_lock)
+    try:
+        a = await db.create_job(name="j", dag_json="{}", strategy=None, request_key="jobs.launch:r1")
+        b = await db.create_job(name="j", dag_json="{}", strategy=None, request_key="jobs.launch:r1")
+        assert a == b and len(await db.list_jobs()) == 1
+    finally:
+        await db.close()
+        await store.close()

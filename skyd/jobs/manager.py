@@ -90,8 +90,10 @@ class JobsManager:
         job_recovery: str | None = None,
         priority: int = 0,
         retry_until_up: bool = False,
+        request_key: str | None = None,
     ) -> int:
-        """Create the job row (PENDING/WAITING) and spawn its controller."""
+        """Create the job row (PENDING/WAITING) and spawn its controller (once per
+        `request_key`, see JobsDB.create_job)."""
         dag_name, dag = build_dag(docs, envs=envs, override=job_recovery)
         strategy = dag_strategy(dag)
         get_strategy(strategy)  # unknown names fail here, before a row exists
@@ -102,7 +104,7 @@ class JobsManager:
             raise InvalidSpecError("priority must be within -1000..1000", field="priority")
         job_id = await self.db.create_job(
             name=name or dag_name, dag_json=json.dumps(dag), strategy=strategy,
-            priority=priority, retry_until_up=retry_until_up,
+            priority=priority, retry_until_up=retry_until_up, request_key=request_key,
         )  # fmt: skip
         self._start(job_id)
         return job_id

@@ -203,10 +203,18 @@ class JobsDB:
         strategy: str | None,
         priority: int = 0,
         retry_until_up: bool = False,
+        request_key: str | None = None,
     ) -> int:
+        """Insert a PENDING job. With `request_key` (the daemon's kv table must exist), the
+        id is recorded under that key in the same transaction and a second call with the
+        key returns it: a request resumed after a crash never creates the job twice."""
         now = time.time()
 
         def fn(db: sqlite3.Connection) -> int:
+            if request_key is not None:
+                row = db.execute("SELECT value FROM kv WHERE key=?", (request_key,)).fetchone()
+                if row is not None:
+                    return int(row[0])
             cur = db.execute(
                 "INSERT INTO managed_jobs (name, status, schedule_state, priority, submitted_at,"
                 " dag, strategy, current_task, updated_at, retry_until_up)"
@@ -214,6 +222,9 @@ class JobsDB:
                 (name, priority, now, dag_json, strategy, now, int(retry_until_up)),
             )
             assert cur.lastrowid is not None
+            if request_key is not None:
+                db.execute("INSERT INTO kv (key, value) VALUES (?, ?)",
+                           (request_key, str(int(cur.lastrowid))))  # fmt: skip
             return int(cur.lastrowid)
 
         jid = await self._write(fn)

@@ -88,6 +88,14 @@ async def _shutdown(daemon: Daemon) -> None:
     await m.stop()
 
 
+def _started() -> bool:
+    try:
+        current_manager()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _manager() -> JobsManager:
     try:
         return current_manager()
@@ -99,7 +107,12 @@ def _manager() -> JobsManager:
 
 
 async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Submit a managed job (a multi-document YAML is a pipeline)."""
+    """Submit a managed job (a multi-document YAML is a pipeline). Resumable: the job id
+    is recorded under the request id with the row, so a resumed request finds it again."""
+    if ctx.resumed:  # requests resume before the managed-jobs service is back up
+        with anyio.move_on_after(30):
+            while not _started():
+                await anyio.sleep(0.05)
     m = _manager()
     docs = _load_docs(payload)
     job_id = await m.submit(
@@ -109,6 +122,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
         job_recovery=payload.get("job_recovery"),
         priority=int(payload.get("priority") or 0),
         retry_until_up=bool(payload.get("retry_until_up")),
+        request_key=f"jobs.launch:{ctx.request_id}",
     )
     ctx.log(f"Managed job {job_id} submitted")
     return {"job_id": job_id}
@@ -230,7 +244,7 @@ def _saved_logs(jid: int) -> list[Path]:
     return sorted(d.glob(f"skyd-jobs-{jid}-*.log")) if d.exists() else []
 
 
-register_verb("jobs.launch", jobs_launch)
+register_verb("jobs.launch", jobs_launch, resumable=True)
 register_verb("jobs.cancel", jobs_cancel)
 register_read("GET", "/v1/jobs", jobs_queue)
 register_read("GET", "/v1/jobs/{id}", jobs_get)
