@@ -233,7 +233,4 @@ def test_managed_job_whose_agent_died_recovers_without_running_twice(
     wait_for(lambda: len(pids.read_text().split()) == 2, timeout=90, interval=0.2)
     second = int(pids.read_text().split()[1])
     assert not _alive(first), "the first copy still runs beside the recovered one"
-    assert _alive(second)
-    r = cli("jobs", "cancel", "-y", str(jid))
-    assert r.returncode == 0, r.stderr
-    wait_for(lambda: not _alive(second), timeout=30)
+    assert _alive(second)  # (the fixture cancels the job and downs every cluster)

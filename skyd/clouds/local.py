@@ -233,6 +233,8 @@ class LocalProvisioner(Provisioner):
         from skyd.nodeagent.reaper import kill_recorded_groups
 
         for nd in node_dirs:
+            if not str(nd).startswith(str(self.root)):
+                continue  # only this infra's sandboxes
             for pid in await anyio.to_thread.run_sync(_agents_on, nd):
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -243,7 +245,7 @@ class LocalProvisioner(Provisioner):
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._shutdown_agents(handle)
-        await self._reap_jobs([Path(n.node_dir) for n in handle.nodes])
+        await self._reap_jobs([Path(n.node_dir) for n in handle.nodes if n.node_dir])
         for node in handle.nodes:
             nd = Path(node.node_dir)
             if nd.exists():
