@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_daemon_support import cli, running_daemon, wait_for
+from tests.test_daemon_support import cli, running_daemon, stop_autostarted, wait_for
 
 
 @pytest.fixture
@@ -27,6 +27,7 @@ def daemon(skyd_home: Path) -> Iterator[Any]:
         yield d
         cli("jobs", "cancel", "-a")
         cli("down", "-a", "-y", timeout=120)
+    stop_autostarted()  # a CLI call above may have started another daemon
 
 
 def _alive(pid: int) -> bool:
