@@ -20,6 +20,7 @@ PROVIDERS: dict[str, str] = {
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
     "runpod": "skyd.clouds.runpod.cloud:RunPodCloud",
+    "vultr": "skyd.clouds.vultr.cloud:VultrCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

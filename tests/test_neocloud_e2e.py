@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from tests.fakes.runpod import FakeRunPod
+from tests.fakes.vultr import FakeVultr
 from tests.test_gcp_support import GEnv, guarded_module_env
-from tests.test_neocloud_support import runpod_env
+from tests.test_neocloud_support import runpod_env, vultr_env
 from tests.test_pipeline_support import write
 
 MI8 = ("resources:\n  infra: {infra}\n  accelerators: MI300X:8\n"
@@ -25,7 +26,8 @@ MI8 = ("resources:\n  infra: {infra}\n  accelerators: MI300X:8\n"
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("neo")
-    fs: dict[str, Any] = {"runpod": FakeRunPod(root, first_ip=140).start()}
+    fs: dict[str, Any] = {"runpod": FakeRunPod(root, first_ip=140).start(),
+                          "vultr": FakeVultr(root, first_ip=170).start()}
     try:
         yield fs
     finally:
@@ -38,7 +40,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, fakes: dict[str, Any]) -> Iterator[GEnv]:
     base = tmp_path_factory.mktemp("neoenv")
-    vars_ = runpod_env(fakes["runpod"]) | {
+    vars_ = runpod_env(fakes["runpod"]) | vultr_env(fakes["vultr"]) | {
         "SKYD_PROVISION_TIMEOUT_S": "60", "CLOUDSDK_CONFIG": str(base / "gcloud"),
         "GOOGLE_APPLICATION_CREDENTIALS": ""}
     with guarded_module_env(tmp_path_factory, base / "netguard.log", vars_) as e:
@@ -60,7 +62,7 @@ def _nothing_left(fakes: dict[str, Any]) -> None:
     assert {n: f.live() for n, f in fakes.items() if f.live()} == {}
 
 
-@pytest.mark.parametrize("infra", ["runpod"])
+@pytest.mark.parametrize("infra", ["runpod", "vultr"])
 def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp_path: Path,
                                            infra: str) -> None:
     name = f"e-{infra}"
