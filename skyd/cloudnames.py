@@ -21,6 +21,7 @@ PROVIDERS: dict[str, str] = {
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
     "runpod": "skyd.clouds.runpod.cloud:RunPodCloud",
     "vultr": "skyd.clouds.vultr.cloud:VultrCloud",
+    "hotaisle": "skyd.clouds.hotaisle.cloud:HotAisleCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

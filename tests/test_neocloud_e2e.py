@@ -7,16 +7,19 @@ every failure nothing is left on any fake."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from skyd.sdk.transport import Client
+from tests.fakes.hotaisle import FakeHotAisle
 from tests.fakes.runpod import FakeRunPod
 from tests.fakes.vultr import FakeVultr
 from tests.test_gcp_support import GEnv, guarded_module_env
-from tests.test_neocloud_support import runpod_env, vultr_env
+from tests.test_neocloud_support import hotaisle_env, runpod_env, vultr_env
 from tests.test_pipeline_support import write
 
 MI8 = ("resources:\n  infra: {infra}\n  accelerators: MI300X:8\n"
@@ -27,7 +30,8 @@ MI8 = ("resources:\n  infra: {infra}\n  accelerators: MI300X:8\n"
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("neo")
     fs: dict[str, Any] = {"runpod": FakeRunPod(root, first_ip=140).start(),
-                          "vultr": FakeVultr(root, first_ip=170).start()}
+                          "vultr": FakeVultr(root, first_ip=170).start(),
+                          "hotaisle": FakeHotAisle(root, first_ip=200).start()}
     try:
         yield fs
     finally:
@@ -40,7 +44,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, fakes: dict[str, Any]) -> Iterator[GEnv]:
     base = tmp_path_factory.mktemp("neoenv")
-    vars_ = runpod_env(fakes["runpod"]) | vultr_env(fakes["vultr"]) | {
+    vars_ = runpod_env(fakes["runpod"]) | vultr_env(fakes["vultr"]) | hotaisle_env(fakes["hotaisle"]) | {
         "SKYD_PROVISION_TIMEOUT_S": "60", "CLOUDSDK_CONFIG": str(base / "gcloud"),
         "GOOGLE_APPLICATION_CREDENTIALS": ""}
     with guarded_module_env(tmp_path_factory, base / "netguard.log", vars_) as e:
@@ -62,7 +66,7 @@ def _nothing_left(fakes: dict[str, Any]) -> None:
     assert {n: f.live() for n, f in fakes.items() if f.live()} == {}
 
 
-@pytest.mark.parametrize("infra", ["runpod", "vultr"])
+@pytest.mark.parametrize("infra", ["runpod", "vultr", "hotaisle"])
 def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp_path: Path,
                                            infra: str) -> None:
     name = f"e-{infra}"
@@ -76,3 +80,81 @@ def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp
     assert "exec-on-0" in r.stdout
     env.ok("down", name, "-y")
     _nothing_left(fakes)
+
+
+def _events(tmp_path: Path, name: str, text: str) -> list[dict[str, Any]]:
+    y = write(tmp_path / f"{name}.yaml", text)
+    with Client(autostart=False) as c:
+        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
+                                  "base_dir": str(tmp_path), "cluster_name": name})
+        return list(c.events(rid, True))
+
+
+def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["target"].split()[0].split("/")[0], e["scope"]) for e in evs
+            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
+
+
+ANY_MI8 = "resources:\n  accelerators: MI300X:8\nrun: echo landed\n"
+
+
+def test_mi300x_8_fails_over_from_the_cheapest_out_of_capacity_to_the_next(
+    env: GEnv, fakes: dict[str, Any], tmp_path: Path
+) -> None:
+    fakes["hotaisle"].no_capacity.add("*")  # hotaisle $15.92/h is the cheapest 8x MI300X
+    evs = _events(tmp_path, "fo1", ANY_MI8)
+    assert evs[-1]["type"] == "result", evs[-3:]
+    assert _failed(evs) == [("hotaisle", "region")], _failed(evs)
+    row = env.status("fo1")
+    assert row is not None and row["status"] == "UP" and row["cloud"] == "vultr", row  # $17.52/h
+    assert fakes["hotaisle"].live() == [] and len(fakes["vultr"].live()) == 1
+    env.ok("down", "fo1", "-y")
+    _nothing_left(fakes)
+
+
+def test_a_provider_with_a_wrong_key_is_skipped_with_the_reason(
+    env: GEnv, fakes: dict[str, Any], tmp_path: Path
+) -> None:
+    fakes["hotaisle"].no_capacity.add("*")
+    good = set(fakes["vultr"].keys)
+    fakes["vultr"].keys = {"rotated-key"}  # the key skyd has is no longer valid
+    try:
+        evs = _events(tmp_path, "fo2", ANY_MI8)
+        assert evs[-1]["type"] == "result", evs[-3:]
+        failed = _failed(evs)
+        assert failed[:2] == [("hotaisle", "region"), ("vultr", "cloud")], failed
+        text = " ".join(str(e.get("error") or "") + str(e.get("text") or "") for e in evs)
+        assert "Vultr refused the API key" in text and "VULTR_API_KEY" in text, text
+        row = env.status("fo2")
+        assert row is not None and row["cloud"] == "runpod", row  # $19.92/h, the next one
+        _only(fakes, "runpod")
+        env.ok("down", "fo2", "-y")
+        _nothing_left(fakes)
+        rows = {x["infra"]: x for x in json.loads(env.ok("check", "-o", "json").stdout)}
+        assert rows["vultr"]["launch"] is False and "VULTR_API_KEY" in json.dumps(rows["vultr"])
+    finally:
+        fakes["vultr"].keys = good
+    env.ok("check")
+
+
+def test_every_candidate_failing_leaves_nothing_anywhere(env: GEnv, fakes: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    for f in fakes.values():
+        f.no_capacity.add("*")
+    evs = _events(tmp_path, "fo3", ANY_MI8)
+    assert evs[-1]["type"] == "error", evs[-3:]
+    assert {c for c, _ in _failed(evs)} == {"hotaisle", "vultr", "runpod"}
+    _nothing_left(fakes)
+    assert env.status("fo3") is None
+
+
+def test_show_gpus_mi300x_lists_every_provider(env: GEnv) -> None:
+    out = env.ok("show-gpus", "MI300X:8").stdout
+    for c in ("hotaisle", "vultr", "runpod"):
+        assert c in out, out
+    assert "$/GPU-h" in out and "Catalog age" in out, out
+    assert "$ 1.99" in out and "$ 2.19" in out and "$ 2.49" in out, out  # per GPU-hour
+
+
+def _only(fakes: dict[str, Any], name: str) -> None:
+    assert {n for n, f in fakes.items() if f.live()} == {name}
