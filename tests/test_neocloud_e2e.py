@@ -158,3 +158,9 @@ def test_show_gpus_mi300x_lists_every_provider(env: GEnv) -> None:
 
 def _only(fakes: dict[str, Any], name: str) -> None:
     assert {n for n, f in fakes.items() if f.live()} == {name}
+
+
+def test_dryrun_plan_shows_the_minimum_reservation_charge(env: GEnv, tmp_path: Path) -> None:
+    y = write(tmp_path / "dry.yaml", ANY_MI8)
+    out = env.ok("launch", "--dryrun", str(y)).stdout
+    assert "hotaisle" in out and "Minimum charge: hotaisle bills at least 60 min per machine: $ 15.92" in out, out
