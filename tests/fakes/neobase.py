@@ -22,6 +22,7 @@ import ipaddress
 import itertools
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ class NeoFake:
         self.gpu = "mi300x"
         self.handed_out: list[str] = []
         self.rate_limited = 0  # 429s answered
+        self.server_s = 0.0  # time spent answering requests (benchmarks)
         self._limit_n = 0
         self._limit_after = "1"
         self._ips = itertools.count(first_ip)
@@ -139,7 +141,11 @@ class NeoFake:
             self.rate_limited += 1
             return web.json_response({"error": "rate limited"}, status=429,
                                      headers={"Retry-After": self._limit_after})
-        return await handler(request)
+        t0 = time.perf_counter()
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        finally:
+            self.server_s += time.perf_counter() - t0
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
