@@ -164,3 +164,45 @@ def test_dryrun_plan_shows_the_minimum_reservation_charge(env: GEnv, tmp_path: P
     y = write(tmp_path / "dry.yaml", ANY_MI8)
     out = env.ok("launch", "--dryrun", str(y)).stdout
     assert "hotaisle" in out and "Minimum charge: hotaisle bills at least 60 min per machine: $ 15.92" in out, out
+
+
+def _row(env: GEnv, name: str) -> dict[str, Any] | None:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    try:
+        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
+        return dict(r) if r else None
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("infra", ["runpod", "vultr", "hotaisle"])
+def test_kill9_while_the_create_is_unanswered_then_restart_leaves_nothing(
+    env: GEnv, fakes: dict[str, Any], tmp_path: Path, infra: str
+) -> None:
+    """The machine exists on the provider but its create never answered the daemon: after
+    `kill -9` and a restart, the resumed launch finds it (by name, or Hot Aisle's intent
+    record), and `down` leaves nothing on any fake."""
+    name = f"k9-{infra}"
+    f = fakes[infra]
+    f.pause_at("after_create")
+    y = write(tmp_path / f"{name}.yaml", MI8.format(infra=infra))
+    with Client(autostart=False) as c:
+        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
+                                  "base_dir": str(tmp_path), "cluster_name": name})
+    assert f.reached.wait(60), "the launch never reached the create"
+    assert len(f.live()) == 1
+    env.kill9_daemon()
+    f.release()
+    env.start_daemon()
+    with Client(autostart=False) as c:
+        evs = list(c.events(rid, True))
+    assert evs[-1]["type"] == "result", evs[-3:]
+    row = _row(env, name)
+    assert row is not None and row["status"] == "UP" and row["handle"]
+    handle = json.loads(row["handle"])
+    assert {m.get("id") or m.get("name") for m in f.live()} == {n["instance_id"] for n in handle["nodes"]}
+    env.ok("down", name, "-y")
+    _nothing_left(fakes)

@@ -82,10 +82,14 @@ class HotAisleProvisioner(VMProvisioner):
 
     async def list_vms(self, tag: str, region: str | None) -> list[VM]:
         mine = await records.names(tag)
-        if not mine:
+        intents = await records.pending(tag)
+        if not mine and not intents:
             return []
         api = await self.api()
         have = {str(v.get("name")): v for v in await api.call("GET", api.vms()) or []}
+        if intents:  # creates sent by a daemon that died before their answer was recorded
+            await self._adopt(tag, intents, have)
+            mine = await records.names(tag)
         out = []
         for rank, name in sorted(mine.items()):
             v = have.get(name)
@@ -103,6 +107,18 @@ class HotAisleProvisioner(VMProvisioner):
                           host=str(v.get("ip_address") or ""), raw=v | {"state": st, "_tag": tag}))
         return out
 
+    async def _adopt(self, tag: str, intents: dict[int, dict[str, Any]],
+                     have: dict[str, dict[str, Any]]) -> None:
+        taken = await records.claimed()
+        for rank, it in sorted(intents.items()):
+            new = [n for n, v in have.items() if n not in set(it.get("before") or []) and n not in taken
+                   and (v.get("specs") is None or v.get("specs") == it.get("specs"))]
+            if new:
+                await records.put(tag, rank, sorted(new)[0])
+                taken.add(sorted(new)[0])
+            else:
+                await records.cancel(tag, rank)  # the create never made a VM
+
     async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
         api = await self.api()
         off = req.offering
@@ -113,7 +129,13 @@ class HotAisleProvisioner(VMProvisioner):
             raise ResourcesUnavailableError(
                 f"hotaisle/{off.region}: no {count}x {model} VM is available now", scope="region",
                 provider_message="no matching offer in virtual_machines/available/")
-        made = await api.call("POST", api.vms(), offer["Specs"])
+        before = [str(v.get("name")) for v in await api.call("GET", api.vms()) or []]
+        await records.intend(req.cluster_tag, rank, before, offer["Specs"])
+        try:
+            made = await api.call("POST", api.vms(), offer["Specs"])
+        except APIError:
+            await records.cancel(req.cluster_tag, rank)
+            raise
         await records.put(req.cluster_tag, rank, str(made["name"]))
 
     async def delete_vm(self, vm: VM) -> None:
