@@ -13,9 +13,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from skyd.clouds.base import NODE_RUNNING, NODE_STOPPED, NODE_TERMINATED, PartialHandle
+from skyd.clouds.base import (
+    NODE_PREEMPTED,
+    NODE_RUNNING,
+    NODE_STOPPED,
+    NODE_TERMINATED,
+    PartialHandle,
+)
 from skyd.clouds.runpod.cloud import RunPodCloud
-from skyd.errors import CredentialsError, ResourcesUnavailableError
+from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError
 from tests.fakes.runpod import FakeRunPod
 from tests.test_neocloud_support import healthy, in_process, offer, request, runpod_env
 
@@ -78,8 +84,12 @@ async def test_spot_pod_bids_per_gpu_and_an_interruption_shows(cloud: RunPodClou
     h = await p.provision(request("rps", off, spot=True), lambda _: None)
     body = fake.creates[-1]
     assert body["spot"] and body["bidPerGpu"] == pytest.approx(1.5) and body["gpuCount"] == 2
+    with pytest.raises(ClusterStateError):
+        await p.stop(h, lambda _: None)  # interruptible pods are not stopped and resumed
+    assert await p.query(h) == [NODE_RUNNING]
     fake.interrupt(h.nodes[0].instance_id)
-    assert await p.query(h) == [NODE_STOPPED]
+    assert await p.query(h) == [NODE_PREEMPTED]
+    assert fake.live() == []  # the interrupted pod (and its billed disk) is removed
     await p.terminate(h, lambda _: None)
 
 

@@ -1,7 +1,9 @@
 """Refreshing a cloud's catalog from its pricing API (``skyd catalog refresh [CLOUD]``).
 
 A provider module registers an async fetcher returning the catalog as vms.csv text or as a
-list of :class:`Offering`. :func:`refresh_catalog` calls it, validates the rows, and writes a
+list of :class:`Offering`; an in-tree provider may instead have a ``fetch`` module with
+``async def fetch()`` next to its cloud module (``skyd.clouds.runpod.fetch``), found through
+``skyd.cloudnames.PROVIDERS`` and imported only when that cloud is refreshed. :func:`refresh_catalog` calls it, validates the rows, and writes a
 new version ``$SKYD_HOME/catalogs/<cloud>/<UTC timestamp>.csv`` (atomically), which
 :func:`skyd.clouds.catalog.load_catalog` then prefers over the bundled file. Old versions
 beyond :data:`KEEP_VERSIONS` are deleted.

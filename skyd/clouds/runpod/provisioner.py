@@ -15,13 +15,13 @@ from typing import Any
 
 import anyio
 
-from skyd.clouds.base import ProvisionRequest
+from skyd.clouds.base import NODE_PREEMPTED, NODE_STOPPED, ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.gpus import provider_gpu_id
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.clouds.runpod.api import KEY_HINT, RunPodAPI, find_key
-from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
+from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
 
 NAME = "runpod"
 #: images for pods when the task names none (both start sshd from $PUBLIC_KEY)
@@ -123,6 +123,25 @@ class RunPodProvisioner(VMProvisioner):
         except APIError as e:
             if "not found" not in e.message.lower() and e.status != 404:
                 raise
+
+    async def query(self, handle: ClusterHandle) -> list[str]:
+        """As the base, but a spot pod found stopped was interrupted (skyd never stops spot
+        pods): it is terminated here (an EXITED pod keeps its disk, billed) and reported
+        preempted."""
+        states = await super().query(handle)
+        if handle.use_spot and NODE_STOPPED in states:
+            for v in await self.list_vms(handle.cluster_tag, handle.region):
+                if v.state == STOPPED:
+                    await self.delete_vm(v)
+            states = [NODE_PREEMPTED if s == NODE_STOPPED else s for s in states]
+        return states
+
+    async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
+        if handle.use_spot:
+            raise ClusterStateError(
+                f"cluster {handle.cluster_name!r} runs on RunPod spot (interruptible) pods, "
+                "which cannot be stopped and resumed", hint="use `skyd down`")
+        await super().stop(handle, log)
 
     async def stop_vm(self, vm: VM) -> None:
         await (await self.api()).stop(vm.id)
