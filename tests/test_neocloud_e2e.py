@@ -66,13 +66,14 @@ def _nothing_left(fakes: dict[str, Any]) -> None:
     assert {n: f.live() for n, f in fakes.items() if f.live()} == {}
 
 
-@pytest.mark.parametrize("infra", ["runpod", "vultr", "hotaisle"])
+@pytest.mark.parametrize(("infra", "nodes"), [("runpod", 1), ("vultr", 2), ("hotaisle", 1)])
 def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp_path: Path,
-                                           infra: str) -> None:
+                                           infra: str, nodes: int) -> None:
     name = f"e-{infra}"
-    y = write(tmp_path / "t.yaml", MI8.format(infra=infra))
+    y = write(tmp_path / "t.yaml", MI8.format(infra=infra) + f"num_nodes: {nodes}\n")
     r = env.ok("launch", "-y", "-c", name, str(y), timeout=180)
-    assert "amd-0 hip=0,1,2,3,4,5,6,7 rocr=0,1,2,3,4,5,6,7" in r.stdout, r.stdout
+    for rank in range(nodes):
+        assert f"amd-{rank} hip=0,1,2,3,4,5,6,7 rocr=0,1,2,3,4,5,6,7" in r.stdout, r.stdout
     row = env.status(name)
     assert row is not None and row["status"] == "UP" and row["cloud"] == infra
     assert all(ip.startswith("127.0.0.") for ip in fakes[infra].handed_out)

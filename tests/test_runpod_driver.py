@@ -97,7 +97,7 @@ async def test_no_capacity_is_a_zone_failure_and_forget_leaves_nothing(
     cloud: RunPodCloud, fake: FakeRunPod
 ) -> None:
     p = cloud.provisioner()
-    req = request("rpfull", offer("runpod", MI8), n=2)
+    req = request("rpfull", offer("runpod", MI8))
     fake.no_capacity.add(str(req.offering.zone))
     fake.boot_s = 0.2
     with pytest.raises(ResourcesUnavailableError) as ei:
@@ -105,6 +105,14 @@ async def test_no_capacity_is_a_zone_failure_and_forget_leaves_nothing(
     assert ei.value.scope == "zone" and "no longer any instances" in str(ei.value.provider_message)
     await p.forget(req.partial())
     assert fake.live() == []
+
+
+async def test_multi_node_is_refused_before_anything_is_made(cloud: RunPodCloud, fake: FakeRunPod) -> None:
+    sent = len(fake.creates)
+    with pytest.raises(ResourcesUnavailableError) as ei:
+        await cloud.provisioner().provision(request("rp2n", offer("runpod", MI8), n=2), lambda _: None)
+    assert ei.value.scope == "cloud" and "share no network" in str(ei.value)
+    assert len(fake.creates) == sent
 
 
 async def test_retry_after_is_honoured_then_exhausted_rate_limits_move_to_the_next_cloud(

@@ -15,7 +15,13 @@ from typing import Any
 
 import anyio
 
-from skyd.clouds.base import NODE_PREEMPTED, NODE_STOPPED, ClusterHandle, LogFn, ProvisionRequest
+from skyd.clouds.base import (
+    NODE_PREEMPTED,
+    NODE_STOPPED,
+    ClusterHandle,
+    LogFn,
+    ProvisionRequest,
+)
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.gpus import provider_gpu_id
 from skyd.clouds.neocloud.http import APIError
@@ -123,6 +129,16 @@ class RunPodProvisioner(VMProvisioner):
         except APIError as e:
             if "not found" not in e.message.lower() and e.status != 404:
                 raise
+
+    async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
+        if req.num_nodes > 1:
+            # pods share no private network (their SSH address is a proxy's): the node
+            # agents of a multi-node job could not reach each other
+            raise ResourcesUnavailableError(
+                f"runpod: {req.num_nodes} nodes asked for, but RunPod pods share no network "
+                "between them; runpod serves single-node clusters", scope="cloud",
+                field="num_nodes", hint="use one node with more GPUs, or another infra")
+        return await super().provision(req, log)
 
     async def query(self, handle: ClusterHandle) -> list[str]:
         """As the base, but a spot pod found stopped was interrupted (skyd never stops spot
