@@ -1,9 +1,7 @@
 """Refreshing a cloud's catalog from its pricing API (``skyd catalog refresh [CLOUD]``).
 
 A provider module registers an async fetcher returning the catalog as vms.csv text or as a
-list of :class:`Offering`; an in-tree provider may instead have a ``fetch`` module with
-``async def fetch()`` next to its cloud module (``skyd.clouds.runpod.fetch``), found through
-``skyd.cloudnames.PROVIDERS`` and imported only when that cloud is refreshed. :func:`refresh_catalog` calls it, validates the rows, and writes a
+list of :class:`Offering`. :func:`refresh_catalog` calls it, validates the rows, and writes a
 new version ``$SKYD_HOME/catalogs/<cloud>/<UTC timestamp>.csv`` (atomically), which
 :func:`skyd.clouds.catalog.load_catalog` then prefers over the bundled file. Old versions
 beyond :data:`KEEP_VERSIONS` are deleted.
@@ -38,33 +36,8 @@ def unregister_catalog_fetcher(cloud: str) -> None:
     _fetchers.pop(cloud, None)
 
 
-def _builtin_fetcher(cloud: str) -> Fetcher | None:
-    """An in-tree provider's fetcher: ``fetch()`` in the ``fetch`` module next to its cloud
-    module (``skyd.clouds.runpod.cloud`` -> ``skyd.clouds.runpod.fetch``), imported on use."""
-    import importlib
-
-    from skyd.cloudnames import PROVIDERS
-
-    if not _has_builtin(cloud):
-        return None
-    pkg = PROVIDERS[cloud].partition(":")[0].rpartition(".")[0]
-    fn = getattr(importlib.import_module(f"{pkg}.fetch"), "fetch", None)
-    return fn if callable(fn) else None
-
-
 def catalog_fetchers() -> list[str]:
-    from skyd.cloudnames import PROVIDERS
-
-    return sorted(set(_fetchers) | {c for c in PROVIDERS if _has_builtin(c)})
-
-
-def _has_builtin(cloud: str) -> bool:
-    import importlib.util
-
-    from skyd.cloudnames import PROVIDERS
-
-    pkg = PROVIDERS.get(cloud, "").partition(":")[0].rpartition(".")[0]
-    return pkg.startswith("skyd.clouds.") and importlib.util.find_spec(f"{pkg}.fetch") is not None
+    return sorted(_fetchers)
 
 
 def _write_version(cloud: str, text: str) -> Path:
@@ -83,7 +56,7 @@ def _write_version(cloud: str, text: str) -> Path:
 
 async def refresh_catalog(cloud: str) -> Path:
     """Fetch ``cloud``'s prices and store them as a new catalog version; returns its path."""
-    fn = _fetchers.get(cloud) or _builtin_fetcher(cloud)
+    fn = _fetchers.get(cloud)
     if fn is None:
         have = ", ".join(catalog_fetchers()) or "none"
         raise NotFoundError(

@@ -5,8 +5,10 @@ from __future__ import annotations
 import aiohttp
 
 from skyd.clouds.base import Cloud
+from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.hotaisle.provisioner import HotAisleProvisioner
 from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.offering import Offering
 from skyd.errors import CredentialsError
 
 
@@ -37,3 +39,12 @@ class HotAisleCloud(Cloud):
 
     def provisioner(self) -> HotAisleProvisioner:
         return self._prov
+
+
+async def _fetch() -> list[Offering]:
+    from skyd.clouds.hotaisle.fetch import fetch
+
+    return await fetch()
+
+
+register_catalog_fetcher("hotaisle", _fetch)  # `skyd catalog refresh hotaisle`

@@ -5,7 +5,9 @@ from __future__ import annotations
 import aiohttp
 
 from skyd.clouds.base import Cloud
+from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.offering import Offering
 from skyd.clouds.runpod.api import KEY_HINT
 from skyd.clouds.runpod.provisioner import RunPodProvisioner
 from skyd.errors import CredentialsError
@@ -36,3 +38,12 @@ class RunPodCloud(Cloud):
 
     def provisioner(self) -> RunPodProvisioner:
         return self._prov
+
+
+async def _fetch() -> list[Offering]:
+    from skyd.clouds.runpod.fetch import fetch
+
+    return await fetch()
+
+
+register_catalog_fetcher("runpod", _fetch)  # `skyd catalog refresh runpod`

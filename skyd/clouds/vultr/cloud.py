@@ -5,7 +5,9 @@ from __future__ import annotations
 import aiohttp
 
 from skyd.clouds.base import Cloud
+from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.offering import Offering
 from skyd.clouds.vultr.provisioner import VultrProvisioner
 from skyd.errors import CredentialsError
 
@@ -33,3 +35,12 @@ class VultrCloud(Cloud):
 
     def provisioner(self) -> VultrProvisioner:
         return self._prov
+
+
+async def _fetch() -> list[Offering]:
+    from skyd.clouds.vultr.fetch import fetch
+
+    return await fetch()
+
+
+register_catalog_fetcher("vultr", _fetch)  # `skyd catalog refresh vultr`
