@@ -271,12 +271,14 @@ def test_launch_on_a_terminal_asks_with_the_plan_and_shows_it_once(daemon: Any, 
 
 def test_check_follows_the_callers_catalog_dir(daemon: Any, tmp_path: Path) -> None:
     cat = _catalog(tmp_path / "only-runpod", ["cpu-tiny,,,2,8,,CA,CA-MTL-1,0.01,"])
+    (cat / "oci.csv").write_text((cat / "runpod.csv").read_text())  # a catalog-only cloud
     rows = {r["infra"]: r for r in json.loads(
         cli("check", "-o", "json", env={"SKYD_CATALOG_DIR": str(cat)}).stdout)}
     from skyd.cloudnames import PROVIDERS
 
-    assert set(rows) - set(PROVIDERS) == {"runpod"}  # providers are listed always
-    assert rows["runpod"]["plan"] and not rows["runpod"]["launch"]
+    assert set(rows) - set(PROVIDERS) == {"oci"}  # providers are listed always
+    assert rows["oci"]["plan"] and not rows["oci"]["launch"]
+    assert not rows["runpod"]["launch"]  # a provider without its key
     rows = {r["infra"] for r in json.loads(cli("check", "-o", "json").stdout)}
     assert {"aws", "gcp", "runpod"} <= rows
 

@@ -63,6 +63,10 @@ def run_list(args: argparse.Namespace) -> int:
     def price(v: Any) -> str:
         return "-" if v in (None, "") else f"$ {float(v):.2f}"
 
+    def per_gpu(r: dict[str, Any], key: str) -> str:
+        v, n = r.get(key), float(r.get("count") or 0)
+        return "-" if v in (None, "") or n <= 0 else f"$ {float(v) / n:.2f}"
+
     def cloud(r: dict[str, Any]) -> str:
         mark = "" if r.get("enabled") else " *"
         return f"{r['cloud']}{mark}"
@@ -72,10 +76,13 @@ def run_list(args: argparse.Namespace) -> int:
         ("INSTANCE_TYPE", "instance_type"), ("vCPUs", lambda r: f"{float(r['vcpus']):g}" if r.get("vcpus") else "-"),
         ("HOST_MEMORY", lambda r: f"{float(r['memory_gib']):g}GB" if r.get("memory_gib") else "-"),
         ("HOURLY_PRICE", lambda r: price(r.get("price"))),
-        ("HOURLY_SPOT_PRICE", lambda r: price(r.get("spot_price"))), ("REGION", "region"),
+        ("HOURLY_SPOT_PRICE", lambda r: price(r.get("spot_price"))),
+        ("$/GPU-h", lambda r: per_gpu(r, "price")), ("SPOT $/GPU-h", lambda r: per_gpu(r, "spot_price")),
+        ("REGION", "region"),
     ], empty="No accelerators match.")
     ages = {r["cloud"]: r.get("catalog_age_s") for r in rows}
-    stale = ", ".join(f"{c} {duration(a)}" for c, a in sorted(ages.items()) if a)
+    stale = ", ".join(f"{c} {duration(a) if a is not None else 'bundled'}"
+                      for c, a in sorted(ages.items()))
     print("\n* not enabled for launching (catalog only, or no credentials)."
           + (f"\nCatalog age: {stale}." if stale else ""))
     return 0
