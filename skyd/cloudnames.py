@@ -19,6 +19,8 @@ PROVIDERS: dict[str, str] = {
     "local": "skyd.clouds.local:LocalCloud",
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
+    "do": "skyd.clouds.do.cloud:DOCloud",
+    "amddevcloud": "skyd.clouds.do.cloud:AMDDevCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

@@ -36,7 +36,21 @@ def unregister_catalog_fetcher(cloud: str) -> None:
     _fetchers.pop(cloud, None)
 
 
+def load_provider_fetchers() -> None:
+    """Import every in-tree provider's module: a provider registers its fetcher there."""
+    import importlib
+
+    from skyd.cloudnames import PROVIDERS
+
+    for spec in PROVIDERS.values():
+        try:
+            importlib.import_module(spec.split(":", 1)[0])
+        except ImportError:
+            continue
+
+
 def catalog_fetchers() -> list[str]:
+    load_provider_fetchers()
     return sorted(_fetchers)
 
 
@@ -57,6 +71,9 @@ def _write_version(cloud: str, text: str) -> Path:
 async def refresh_catalog(cloud: str) -> Path:
     """Fetch ``cloud``'s prices and store them as a new catalog version; returns its path."""
     fn = _fetchers.get(cloud)
+    if fn is None:
+        load_provider_fetchers()
+        fn = _fetchers.get(cloud)
     if fn is None:
         have = ", ".join(catalog_fetchers()) or "none"
         raise NotFoundError(
