@@ -21,6 +21,7 @@ PROVIDERS: dict[str, str] = {
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
     "do": "skyd.clouds.do.cloud:DOCloud",
     "amddevcloud": "skyd.clouds.do.cloud:AMDDevCloud",
+    "crusoe": "skyd.clouds.crusoe.cloud:CrusoeCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

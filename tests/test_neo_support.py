@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.fakes.crusoeapi import FakeCrusoe
 from tests.fakes.doapi import FakeDO
 
 CATALOG_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
@@ -35,4 +36,16 @@ def do_environ(do: FakeDO, amd: FakeDO, base: Path) -> dict[str, str]:
         "SKYD_DO_SSH_PORT": str(do.ssh_port),
         "SKYD_DO_POLL_S": "0.05",
         "XDG_CONFIG_HOME": str(base / "xdg"),  # no user doctl config is read
+    }
+
+
+def crusoe_environ(cr: FakeCrusoe, base: Path) -> dict[str, str]:
+    return {
+        "CRUSOE_ACCESS_KEY_ID": cr.access_key,
+        "CRUSOE_SECRET_KEY": cr.secret_key,
+        "CRUSOE_PROJECT_ID": cr.project,
+        "SKYD_CRUSOE_API_URL": cr.url,
+        "SKYD_CRUSOE_SSH_PORT": str(cr.ssh_port),
+        "SKYD_CRUSOE_POLL_S": "0.05",
+        "SKYD_CRUSOE_CONFIG": str(base / "crusoe-config"),  # no user ~/.crusoe/config is read
     }
