@@ -101,6 +101,12 @@ def test_check_names_every_provider_enabled(env: GEnv) -> None:
         assert rows[name]["launch"] is True and said in json.dumps(rows[name]), rows[name]
 
 
+def test_catalog_refresh_from_the_cli_for_each_provider(env: GEnv) -> None:
+    for name in ("do", "amddevcloud", "crusoe"):
+        r = env.ok("catalog", "refresh", name)
+        assert f"{name}: wrote " in r.stdout and "catalogs" in r.stdout, r.stdout
+
+
 def test_both_droplet_clouds_out_of_capacity_lands_on_crusoe(env: GEnv, fakes: Fakes, tmp_path: Path) -> None:
     fakes.do.no_capacity()
     fakes.amd.no_capacity()
