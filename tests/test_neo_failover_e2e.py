@@ -154,3 +154,47 @@ def test_mi355x8_on_crusoe_launch_exec_down(env: GEnv, fakes: Fakes, tmp_path: P
     assert "exec-crusoe" in env.ok("exec", "x1", "echo exec-crusoe").stdout
     env.ok("down", "x1", "-y")
     assert fakes.live() == [] and fakes.cr.bad_signatures == 0
+
+
+def _row(env: GEnv, name: str) -> dict[str, Any] | None:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    try:
+        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
+        return dict(r) if r else None
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("cloud", ["do", "crusoe"])
+def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
+    env: GEnv, fakes: Fakes, tmp_path: Path, cloud: str
+) -> None:
+    fake: Any = fakes.do if cloud == "do" else fakes.cr
+    if cloud == "crusoe":
+        fakes.do.no_capacity()
+        fakes.amd.no_capacity()
+    name = f"k9-{cloud}"
+    fake.pause_at("before_running")
+    y = write(tmp_path / f"{name}.yaml", TASK)
+    with Client(autostart=False) as c:
+        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
+                                  "base_dir": str(tmp_path), "cluster_name": name})
+    assert fake.reached.wait(60), "the create never happened"
+    row = _row(env, name)
+    assert row is not None and row["handle"] is None and row["cloud"] == cloud  # the partial handle
+    env.kill9_daemon()
+    fake.release()
+    env.start_daemon()
+    with Client(autostart=False) as c:
+        evs = list(c.events(rid, True))
+    assert evs[-1]["type"] == "result", evs[-3:]
+    row = _row(env, name)
+    assert row is not None and row["status"] == "UP" and row["cloud"] == cloud, row
+    handle = json.loads(row["handle"])
+    assert {str(i["id"]) for i in fake.live()} == {n["instance_id"] for n in handle["nodes"]}
+    assert "hello-from-mi300x" in env.ok("logs", name, "1", "--no-follow").stdout
+    env.ok("down", name, "-y")
+    assert fakes.live() == []

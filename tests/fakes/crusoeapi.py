@@ -193,6 +193,7 @@ class FakeCrusoe(FakeVMAPI):
 
     async def _boot(self, iid: str, public_key: str) -> None:
         await asyncio.sleep(self.boot_s)
+        await self.wait_pause("before_running")
         if iid not in self.instances:
             return
         h = await self.new_host(iid, public_key)

@@ -162,6 +162,7 @@ class FakeDO(FakeVMAPI):
 
     async def _boot(self, did: str, public_key: str) -> None:
         await asyncio.sleep(self.boot_s)
+        await self.wait_pause("before_running")
         if did not in self.droplets:
             return
         h = await self.new_host(did, public_key)

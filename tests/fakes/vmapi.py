@@ -4,7 +4,9 @@ kill), rate limiting with Retry-After, and instances that are fake SSH hosts
 (tests/fakes/sshhost.py) on loopback addresses 127.0.0.x, all on one SSH port.
 
 Knobs shared by every fake: ``rate_limit(n, retry_after)`` (the next ``n`` requests get 429
-with that Retry-After), ``boot_s`` (how long a new instance takes to run: a slow operation).
+with that Retry-After), ``boot_s`` (how long a new instance takes to run: a slow operation),
+``pause_at("before_running")`` with ``reached`` / ``release()`` (a new instance waits there,
+made but not running, e.g. while a test kills the daemon).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class FakeVMAPI:
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._pause: str | None = None
+        self.reached = threading.Event()
+        self._release = threading.Event()
 
     # -- knobs --------------------------------------------------------------------------
 
@@ -58,6 +63,23 @@ class FakeVMAPI:
     def reset(self) -> None:
         self._limit = 0
         self.boot_s = 0.0
+        self.release()
+
+    def pause_at(self, point: str) -> None:
+        self.reached.clear()
+        self._release.clear()
+        self._pause = point
+
+    def release(self) -> None:
+        self._pause = None
+        self._release.set()
+
+    async def wait_pause(self, point: str) -> None:
+        if self._pause != point:
+            return
+        self.reached.set()
+        while not self._release.is_set():
+            await asyncio.sleep(0.02)
 
     def run(self, coro: Any) -> Any:
         assert self._loop is not None
@@ -78,6 +100,7 @@ class FakeVMAPI:
         return self
 
     def stop(self) -> None:
+        self.release()
         if self._loop is not None and self._stop is not None:
             self.run(self._stop_hosts())
             self._loop.call_soon_threadsafe(self._stop.set)
