@@ -7,6 +7,7 @@ failure nothing is left on any fake."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,16 +169,17 @@ def _row(env: GEnv, name: str) -> dict[str, Any] | None:
         con.close()
 
 
-@pytest.mark.parametrize("cloud", ["do", "crusoe"])
+@pytest.mark.parametrize("cloud,point", [("do", "before_running"), ("crusoe", "before_running"),
+                                         ("crusoe", "in_operation")])
 def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
-    env: GEnv, fakes: Fakes, tmp_path: Path, cloud: str
+    env: GEnv, fakes: Fakes, tmp_path: Path, cloud: str, point: str
 ) -> None:
     fake: Any = fakes.do if cloud == "do" else fakes.cr
     if cloud == "crusoe":
         fakes.do.no_capacity()
         fakes.amd.no_capacity()
-    name = f"k9-{cloud}"
-    fake.pause_at("before_running")
+    name = f"k9-{cloud}-{point.replace('_', '-')}"
+    fake.pause_at(point)
     y = write(tmp_path / f"{name}.yaml", TASK)
     with Client(autostart=False) as c:
         rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
@@ -186,8 +188,13 @@ def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
     row = _row(env, name)
     assert row is not None and row["handle"] is None and row["cloud"] == cloud  # the partial handle
     env.kill9_daemon()
-    fake.release()
-    env.start_daemon()
+    if point == "in_operation":  # the operation finishes only after the restarted daemon looked
+        env.start_daemon()
+        time.sleep(1.0)
+        fake.release()
+    else:
+        fake.release()
+        env.start_daemon()
     with Client(autostart=False) as c:
         evs = list(c.events(rid, True))
     assert evs[-1]["type"] == "result", evs[-3:]
@@ -197,4 +204,5 @@ def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
     assert {str(i["id"]) for i in fake.live()} == {n["instance_id"] for n in handle["nodes"]}
     assert "hello-from-mi300x" in env.ok("logs", name, "1", "--no-follow").stdout
     env.ok("down", name, "-y")
+    assert not any(o["state"] == "IN_PROGRESS" for o in fakes.cr.ops.values())
     assert fakes.live() == []

@@ -135,6 +135,8 @@ class FakeCrusoe(FakeVMAPI):
             return web.json_response({"items": list(self.instances.values())})
         if rest == ["instances"] and m == "POST":
             return await self._create(await request.json())
+        if rest == ["instances", "operations"] and m == "GET":
+            return web.json_response({"items": list(self.ops.values())})
         if rest[:2] == ["instances", "operations"] and len(rest) == 3:
             op = self.ops.get(rest[2])
             return web.json_response(op) if op else self._err(404, "not_found", "no such operation")
@@ -181,6 +183,7 @@ class FakeCrusoe(FakeVMAPI):
         return web.json_response({"operation": self._op(self._make(body))})
 
     async def _make(self, body: dict[str, Any]) -> dict[str, Any]:
+        await self.wait_pause("in_operation")
         loc = str(body["location"])
         if loc in self.failing:
             raise _OpFailed("out_of_stock", f"no {body['type']} hosts left in {loc}")

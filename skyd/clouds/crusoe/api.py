@@ -109,6 +109,9 @@ class CrusoeAPI:
     async def quotas(self) -> list[dict[str, Any]]:
         return list((await self.call("GET", f"/projects/{await self.project()}/quotas")).get("quotas") or [])
 
+    async def operations(self) -> list[dict[str, Any]]:
+        return list((await self.vm("GET", "/instances/operations")).get("items") or [])
+
     async def wait(self, op: dict[str, Any], poll_s: float) -> dict[str, Any]:
         """Poll an instance operation until it leaves IN_PROGRESS; FAILED raises."""
         op = dict(op.get("operation") or op)

@@ -2,6 +2,10 @@
 created as an operation that is polled, with node agents deployed over SSH
 (skyd.clouds.gcp.nodes).
 
+A create whose operation is still running when the daemon dies makes its VM later; so
+`provision` and `forget` first wait (up to OP_WAIT_S) until no instance operation that may
+be the cluster's is in progress, then look for the cluster's VMs by name.
+
 Before creating, the location's capacity (``GET /capacities``) and the project's GPU quota
 are read: a location without capacity fails the attempt at once (no create is sent). A
 catalog region of ``default`` (the bundled rows) means "the first location with capacity".
@@ -42,6 +46,7 @@ ROCM_IMAGE = "ubuntu-rocm:latest"  # any MI3xx type (as dstack does)
 NVIDIA_IMAGE = "ubuntu22.04-nvidia-sxm-docker:latest"
 CPU_IMAGE = "ubuntu22.04:latest"
 ANY_LOCATION = "default"
+OP_WAIT_S = 300.0
 STATES = {"STATE_CREATING": NODE_PENDING, "STATE_STARTING": NODE_PENDING, "STATE_RUNNING": NODE_RUNNING,
           "STATE_STOPPING": NODE_PENDING, "STATE_SHUTOFF": NODE_STOPPED, "STATE_STOPPED": NODE_STOPPED,
           "STATE_DELETING": NODE_TERMINATED}
@@ -95,6 +100,19 @@ class CrusoeProvisioner(Provisioner):
                 out[name] = i
         return out
 
+    async def _settle(self, api: CrusoeAPI, tag: str) -> None:
+        """Wait while an instance operation that may be this cluster's is in progress (one
+        whose metadata names another instance is not)."""
+        prefix = instance_name(tag, 0)[:-1]
+
+        def maybe_ours(op: dict[str, Any]) -> bool:
+            name = (op.get("metadata") or {}).get("name")
+            return not name or str(name).startswith(prefix)
+
+        with anyio.move_on_after(OP_WAIT_S):
+            while any(o.get("state") == "IN_PROGRESS" and maybe_ours(o) for o in await api.operations()):
+                await anyio.sleep(config.poll_s())
+
     async def _location(self, api: CrusoeAPI, vm_type: str, region: str, need: int, where: str) -> str:
         caps = await api.capacities(vm_type)
         have = {str(c.get("location")): int(c.get("quantity") or 0) for c in caps
@@ -139,6 +157,7 @@ class CrusoeProvisioner(Provisioner):
         want = {instance_name(tag, r): r for r in range(req.num_nodes)}
         image = req.image_id or default_image(off.instance_type, off.accelerator)
         try:
+            await self._settle(api, tag)
             have = await self._mine(api, tag)
             stale = [i for n, i in have.items() if n not in want or str(i.get("state")) in
                      ("STATE_SHUTOFF", "STATE_STOPPED", "STATE_DELETING")]
@@ -227,6 +246,7 @@ class CrusoeProvisioner(Provisioner):
 
     async def forget(self, partial: PartialHandle) -> None:
         try:
+            await self._settle(await self.api(), partial.tag)
             await self._remove(partial.tag, [])
         except CredentialsError:
             if self._sent.get(partial.tag) is False:
