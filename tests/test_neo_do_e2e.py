@@ -127,6 +127,7 @@ def test_a_wrong_key_is_skipped_with_the_reason(env: GEnv, fakes: tuple[FakeDO, 
 def test_no_capacity_anywhere_fails_clearly_and_leaves_nothing(env: GEnv, fakes: tuple[FakeDO, FakeDO],
                                                                tmp_path: Path) -> None:
     do, amd = fakes
+    env.ok("check")  # the key refused in an earlier test works again
     do.no_capacity()
     amd.no_capacity()
     y = write(tmp_path / "none.yaml", TASK)
@@ -135,4 +136,5 @@ def test_no_capacity_anywhere_fails_clearly_and_leaves_nothing(env: GEnv, fakes:
     r = cli("launch", "-y", "-c", "m4", str(y), timeout=120)
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
     assert "no capacity" in r.stderr and "out of stock" in r.stderr, r.stderr
+    assert "do/nyc1" in r.stderr and "amddevcloud/atl1" in r.stderr, r.stderr
     assert do.live() == [] and amd.live() == [] and env.status("m4") is None
