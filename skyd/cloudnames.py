@@ -23,6 +23,9 @@ PROVIDERS: dict[str, str] = {
     "runpod": "skyd.clouds.runpod.cloud:RunPodCloud",
     "vultr": "skyd.clouds.vultr.cloud:VultrCloud",
     "hotaisle": "skyd.clouds.hotaisle.cloud:HotAisleCloud",
+    "do": "skyd.clouds.do.cloud:DOCloud",
+    "amddevcloud": "skyd.clouds.do.cloud:AMDDevCloud",
+    "crusoe": "skyd.clouds.crusoe.cloud:CrusoeCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"
