@@ -15,8 +15,8 @@ from skyd.clouds.base import NODE_PREEMPTED, NODE_RUNNING, ProvisionRequest
 from skyd.clouds.kubernetes.cloud import KubernetesCloud
 from skyd.clouds.offering import Offering
 from skyd.errors import InvalidSpecError, ResourcesUnavailableError
-from tests.fakes.netguard import sitecustomize as netguard
 from tests.fakes.kubeapi import FakeKube, gpu_node
+from tests.fakes.netguard import sitecustomize as netguard
 
 pytestmark = pytest.mark.anyio
 
