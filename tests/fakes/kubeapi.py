@@ -399,6 +399,16 @@ class FakeKube:
             return _status(404, "NotFound", f'services "{name}" not found')
         return web.json_response(s)
 
+    def _visible_gpus(self, p: dict[str, Any]) -> str:
+        from skyd.clouds.kubernetes.labels import node_gpus
+
+        node = self.nodes.get(p["spec"].get("nodeName") or "")
+        want = self._requests(p)
+        for g in node_gpus(node) if node else []:
+            if want.get(g.key):
+                return f"{g.accelerator}:{int(want[g.key])}"
+        return ""
+
     # -- exec -----------------------------------------------------------------------------
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
@@ -416,6 +426,9 @@ class FakeKube:
         box = self.sandbox(p)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box),
                "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name}
+        gpus = self._visible_gpus(p)
+        if gpus:  # what the device plugin would make visible in the container
+            env["SKYD_FAKE_GPUS"] = gpus
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=box, env=env, stdin=asyncio.subprocess.PIPE,
