@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ class FakeKube:
         self.protocols: tuple[str, ...] = ("v4.channel.k8s.io",)
         self.calls: dict[str, int] = {}
         self.exec_calls = 0
+        self.created: dict[str, float] = {}  # pod name -> time.perf_counter() at create
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -252,6 +254,7 @@ class FakeKube:
         if (ns, name) in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
         uid = str(uuid.uuid4())
+        self.created[name] = time.perf_counter()
         body["metadata"].update(namespace=ns, uid=uid, creationTimestamp="2026-01-01T00:00:00Z")
         body["status"] = {"phase": "Pending", "conditions": []}
         self.pods[(ns, name)] = body
