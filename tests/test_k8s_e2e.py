@@ -114,3 +114,23 @@ def test_bad_input_one_message_nothing_left(env: GEnv, kubes: tuple[FakeKube, Fa
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "ErrImagePull" in r.stderr and "ghcr.io/none/such:1" in r.stderr, r.stderr
     assert a.live() == [] and b.live() == []
+
+
+def test_status_refresh_sweeps_only_this_installs_orphans(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+    import hashlib
+    import socket
+
+    a, _ = kubes
+    mine = hashlib.sha256(f"{socket.gethostname()}:{env.home}".encode()).hexdigest()[:16]
+
+    def ghost(name: str, owner: str) -> None:
+        labels = {"skyd-cluster": name, "skyd-managed": "true", "skyd-owner": owner}
+        a.services[("skyd", name)] = {"kind": "Service", "metadata": {"name": name, "namespace": "skyd",
+                                                                      "labels": labels}, "spec": {}}
+
+    ghost("ghost-mine", mine)
+    ghost("ghost-theirs", "0123456789abcdef")  # another user's skyd in the same namespace
+    env.ok("check")  # the daemon has the kubernetes provider loaded
+    env.ok("status", "-r")
+    assert a.live() == ["Service/skyd/ghost-theirs"]
+    a.services.clear()

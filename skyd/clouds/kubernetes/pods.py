@@ -15,6 +15,7 @@ from skyd.clouds.kubernetes.labels import AMD_DEVICE_ID, AMD_DEVICE_ID_PREFIX, A
 TAG_LABEL = "skyd-cluster"
 MANAGED_LABEL = "skyd-managed"
 RANK_LABEL = "skyd-rank"
+OWNER_LABEL = "skyd-owner"  # which skyd install made it: the orphan sweep touches only its own
 CONTAINER = "skyd"
 
 # Keeps the container alive with nothing running; installs python3 when the image lacks it
@@ -44,8 +45,19 @@ def selector(tag: str) -> str:
     return f"{TAG_LABEL}={label_value(tag)}"
 
 
+def owner_id() -> str:
+    """This install's id (host name + SKYD_HOME): two users sharing a namespace never sweep
+    each other's clusters."""
+    import hashlib
+    import socket
+
+    from skyd import paths
+
+    return hashlib.sha256(f"{socket.gethostname()}:{paths.home()}".encode()).hexdigest()[:16]
+
+
 def base_labels(tag: str, user: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
-    return {**dict(user), TAG_LABEL: label_value(tag), MANAGED_LABEL: "true"}
+    return {**dict(user), TAG_LABEL: label_value(tag), MANAGED_LABEL: "true", OWNER_LABEL: owner_id()}
 
 
 def image_for(image_id: str | None, gpu_key: str | None, conf: dict[str, Any]) -> str:

@@ -329,15 +329,32 @@ class KubeProvisioner(Provisioner):
                 raise
 
     async def leaked(self, ctx: str, known_tags: set[str]) -> list[str]:
-        """Cluster labels on pods/services in the context's namespace with no cluster row."""
+        """Cluster labels on this install's pods/services in the context's namespace that
+        no cluster row knows."""
         api = self.api(ctx)
-        sel = f"{pods.MANAGED_LABEL}=true"
+        sel = f"{pods.MANAGED_LABEL}=true,{pods.OWNER_LABEL}={pods.owner_id()}"
         tags: set[str] = set()
         for m in ("list_namespaced_pod", "list_namespaced_service"):
             got = await api.call(m, api.namespace, label_selector=sel)
             tags |= {str(i["metadata"]["labels"].get(pods.TAG_LABEL)) for i in got.get("items") or []}
         known = {pods.label_value(t) for t in known_tags}
         return sorted(t for t in tags if t not in known)
+
+    async def sweep_orphans(self, known_tags: set[str]) -> list[str]:
+        """The leak pass for objects with no cluster row at all: on every reachable context,
+        remove this install's labelled objects whose tag no row carries. Returns
+        ``context/tag`` of what was removed; an unreachable context is skipped."""
+        ctxs, _ = await anyio.to_thread.run_sync(config.load_contexts)
+        out: list[str] = []
+        for c in ctxs:
+            try:
+                with anyio.fail_after(20):
+                    for tag in await self.leaked(c.name, known_tags):
+                        await self._remove(c.name, tag)
+                        out.append(f"{c.name}/{tag}")
+            except (SkydError, TimeoutError):
+                continue
+        return out
 
     async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
         api = self.api(str(handle.region))
