@@ -130,7 +130,18 @@ def test_status_refresh_sweeps_only_this_installs_orphans(env: GEnv, kubes: tupl
 
     ghost("ghost-mine", mine)
     ghost("ghost-theirs", "0123456789abcdef")  # another user's skyd in the same namespace
-    env.ok("check")  # the daemon has the kubernetes provider loaded
+    r = env.ok("check")  # the daemon has the kubernetes provider loaded
+    assert "a-lab: ok" in r.stdout and "b-lab: ok" in r.stdout, r.stdout
     env.ok("status", "-r")
     assert a.live() == ["Service/skyd/ghost-theirs"]
     a.services.clear()
+
+
+def test_show_gpus_per_context(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+    import json
+
+    r = env.ok("show-gpus", "--infra", "k8s", "-o", "json")
+    rows = {(x["context"], x["accelerator"]): (x["free"], x["total"]) for x in json.loads(r.stdout)}
+    assert rows == {("a-lab", "MI300X"): (8, 8), ("b-lab", "MI300X"): (8, 8)}
+    r = env.ok("show-gpus", "--infra", "k8s/b-lab")
+    assert "b-lab" in r.stdout and "a-lab" not in r.stdout and "8 of 8 free" in r.stdout, r.stdout

@@ -223,3 +223,31 @@ async def test_offerings_and_gpu_table(cloud: KubernetesCloud, kube: FakeKube) -
     rows = [r for r in await cloud.gpu_table() if r["context"] == "lab"]
     assert {r["accelerator"]: (r["free"], r["total"]) for r in rows} == {
         "H100": (8, 8), "L4": (1, 1), "MI300X": (8, 8), "MI325X": (8, 8)}
+
+
+async def test_spot_lands_only_on_spot_nodes(cloud: KubernetesCloud, kube: FakeKube) -> None:
+    from skyd.clouds.kubernetes.cloud import offerings_for
+    from skyd.clouds.kubernetes.inventory import build
+
+    spot_node = gpu_node("spot-1", {"cloud.google.com/gke-spot": "true", "nvidia.com/gpu.product": "NVIDIA-L4"},
+                         gpus={"nvidia.com/gpu": 4},
+                         taints=[{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}])
+    nodes = build({"items": [*NODES, spot_node]}, {"items": []})
+    offs = {(o.accelerator, o.accelerator_count): o for o in offerings_for("lab", nodes)}
+    assert offs[("L4", 1)].spot_price == 0.0 and offs[("MI300X", 8)].spot_price is None
+    assert all(o.spot_price is None for o in offerings_for("lab", nodes, allow_spot=False))
+    kube.add_node(spot_node)
+    try:
+        prov = cloud.provisioner()
+        r = _req("sp", "4CPU--8GB--L4:1", acc="L4", count=1)
+        r = ProvisionRequest(**{**r.__dict__, "use_spot": True})
+        h = await prov.provision(r, print)
+        assert kube.pods[("skyd", "sp-abc123-0")]["spec"]["nodeName"] == "spot-1"
+        await prov.terminate(h, print)
+        # on demand, the pod does not tolerate the spot taint: only the tainted L4 nodes are left
+        r2 = _req("od", "4CPU--8GB--L4:1", acc="L4", count=1)
+        with pytest.raises(ResourcesUnavailableError):
+            await prov.provision(r2, print)
+        await prov.forget(r2.partial())
+    finally:
+        kube.nodes.pop("spot-1")

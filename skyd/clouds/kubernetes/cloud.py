@@ -27,17 +27,25 @@ def shape(cpus: float, mem: float, acc: str | None = None, n: int = 0) -> str:
     return f"{s}--{acc}:{n}" if acc else s
 
 
-def offerings_for(ctx: str, nodes: list[inventory.Node]) -> list[Offering]:
+def offerings_for(ctx: str, nodes: list[inventory.Node], allow_spot: bool = True) -> list[Offering]:
+    """Spot is offered where the context has nodes labelled spot/preemptible (with that
+    accelerator), unless ``allow_spot: false``."""
     out: list[Offering] = []
     ready = [n for n in nodes if n.ready]
     if not ready:
         return out
+
+    def spot(acc: str | None) -> float | None:
+        ok = allow_spot and any(n.spot and (acc is None or any(g.accelerator == acc for g in n.gpus))
+                                for n in ready)
+        return 0.0 if ok else None
+
     top_cpu = max(n.cpus for n in ready)
     top_mem = max(n.memory_gib for n in ready)
     c = 1.0
     while c <= top_cpu:
         mem = min(4 * c, top_mem)
-        out.append(Offering(NAME, shape(c, mem), None, 0.0, c, mem, ctx, None, 0.0, 0.0))
+        out.append(Offering(NAME, shape(c, mem), None, 0.0, c, mem, ctx, None, 0.0, spot(None)))
         c *= 2
     per: dict[str, inventory.Node] = {}
     for n in ready:
@@ -51,7 +59,8 @@ def offerings_for(ctx: str, nodes: list[inventory.Node]) -> list[Offering]:
         for k in counts:
             cpus = max(1.0, int(n.cpus * 0.9 * k / total))
             mem = max(1.0, int(n.memory_gib * 0.9 * k / total))
-            out.append(Offering(NAME, shape(cpus, mem, acc, k), acc, float(k), cpus, mem, ctx, None, 0.0, 0.0))
+            out.append(Offering(NAME, shape(cpus, mem, acc, k), acc, float(k), cpus, mem, ctx, None, 0.0,
+                                spot(acc)))
     return out
 
 
@@ -135,9 +144,10 @@ class KubernetesCloud(Cloud):
             anyio.from_thread.run(self.refresh)
         except RuntimeError:
             pass
+        allow = config.settings().get("allow_spot", True) is not False
         out: list[Offering] = []
         for ctx, (_, nodes) in sorted(self._nodes.items()):
-            out += offerings_for(ctx, nodes)
+            out += offerings_for(ctx, nodes, allow)
         return out
 
     def validate_location(self, region: str | None, zone: str | None) -> None:

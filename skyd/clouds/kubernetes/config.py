@@ -10,7 +10,8 @@ The kubeconfig is ``$KUBECONFIG`` (its first entry) or ``~/.kube/config``. skyd'
 - ``autoscaler``: true when the clusters add nodes on demand: pods that no node could hold
   today are then waited for too (default false);
 - ``image``, ``image_amd``: the default images (CUDA-capable / ROCm);
-- ``allow_spot``: let spot tasks use nodes labelled spot/preemptible and tolerate their taints.
+- ``allow_spot``: offer spot where nodes are labelled spot/preemptible (default true); a spot
+  task's pods then land only on such nodes and tolerate their taints.
 """
 
 from __future__ import annotations

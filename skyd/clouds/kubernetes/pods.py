@@ -112,6 +112,10 @@ def pod_manifest(*, name: str, tag: str, rank: int, namespace: str, image: str, 
             "resources": {"requests": requests, **({"limits": limits} if limits else {})},
         }],
     }
+    if spot:  # only nodes labelled spot/preemptible, of the accelerator's label forms
+        spot_exprs = [{"key": k, "operator": "In", "values": [v]} for k, v in SPOT_LABELS]
+        terms = [{"matchExpressions": [*t["matchExpressions"], e]} for t in terms or [{"matchExpressions": []}]
+                 for e in spot_exprs]
     if terms:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": terms}}}
