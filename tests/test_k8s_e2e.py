@@ -113,6 +113,11 @@ def test_bad_input_one_message_nothing_left(env: GEnv, kubes: tuple[FakeKube, Fa
     a.bad_images = set()
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "ErrImagePull" in r.stderr and "ghcr.io/none/such:1" in r.stderr, r.stderr
+    # an accelerator no node of any context has
+    y = write(tmp_path / "h100.yaml", "resources:\n  infra: k8s\n  accelerators: H100:1\nrun: echo x\n")
+    r = cli("launch", "-y", "-c", "kh100", str(y), timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "H100" in r.stderr, r.stderr
     assert a.live() == [] and b.live() == []
 
 

@@ -251,3 +251,35 @@ async def test_spot_lands_only_on_spot_nodes(cloud: KubernetesCloud, kube: FakeK
         await prov.forget(r2.partial())
     finally:
         kube.nodes.pop("spot-1")
+
+
+def test_namespace_from_the_context_or_config(kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyd.clouds.kubernetes import config
+
+    cfg = kube.kubeconfig(tmp_path / "kc", {"a": "team-a", "b": ""})
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    monkeypatch.setenv("SKYD_CONFIG_DIR", str(tmp_path / "conf"))
+    assert {c.name: c.namespace for c in config.load_contexts()[0]} == {"a": "team-a", "b": "default"}
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "config.yaml").write_text(
+        "kubernetes:\n  namespace: ml\n  allowed_contexts: [b]\n")
+    assert {c.name: c.namespace for c in config.load_contexts()[0]} == {"b": "ml"}
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert config.load_contexts() == ([], f"no kubeconfig at {tmp_path / 'missing'}")
+
+
+async def test_exec_over_v5_closes_stdin(cloud: KubernetesCloud, kube: FakeKube, tmp_path: Path) -> None:
+    kube.protocols = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+    try:
+        prov = cloud.provisioner()
+        h = await prov.provision(_req("v5"), print)
+        t = await prov.transport("lab", "skyd", "v5-abc123-0")
+        src = tmp_path / "blob"
+        src.write_bytes(bytes(range(256)) * 4096)
+        await t.put(src, f"{h.nodes[0].node_dir}/blob")
+        await t.get(f"{h.nodes[0].node_dir}/blob", tmp_path / "back")
+        assert (tmp_path / "back").read_bytes() == src.read_bytes()
+        assert await _healthy(cloud, h)
+        await prov.terminate(h, print)
+    finally:
+        kube.protocols = ("v4.channel.k8s.io",)

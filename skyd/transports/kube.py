@@ -23,7 +23,7 @@ import posixpath
 import shlex
 import ssl
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ class KubeConn:
     server: str  # https://host:port (no trailing slash)
     headers: dict[str, str] = field(default_factory=dict)
     ssl: ssl.SSLContext | bool = True
+    #: fresh auth headers per exec (tokens from exec plugins expire); None: ``headers``
+    auth: Callable[[], Awaitable[dict[str, str]]] | None = None
     _session: aiohttp.ClientSession | None = None
     calls: int = 0  # exec sessions opened (benchmarks)
 
@@ -173,9 +175,10 @@ class KubeTransport(Transport):
         q += [("stdout", "true"), ("stderr", "true")] + ([("stdin", "true")] if stdin else [])
         url = f"{self.conn.server}/api/v1/namespaces/{self.namespace}/pods/{self.pod}/exec"
         self.conn.calls += 1
+        headers = await self.conn.auth() if self.conn.auth is not None else self.conn.headers
         try:
             ws = await self.conn.session().ws_connect(
-                url, params=q, protocols=PROTOCOLS, headers=self.conn.headers,
+                url, params=q, protocols=PROTOCOLS, headers=headers,
                 ssl=self.conn.ssl, heartbeat=30, max_msg_size=0)
         except aiohttp.WSServerHandshakeError as e:
             raise KubeExecError(f"exec into {self}: HTTP {e.status} {e.message}") from None

@@ -70,12 +70,13 @@ class ContextAPI:
                 raise CredentialsError(f"kubernetes context {self.context!r}: {e}",
                                        hint="fix the context in your kubeconfig") from None
             cfg = api_client.configuration
-            headers = {}
-            auth = (await cfg.get_api_key_with_prefix("authorization")
-                    or await cfg.get_api_key_with_prefix("BearerToken"))
-            if auth:
-                headers["Authorization"] = auth
-            self.conn = KubeConn(str(cfg.host).rstrip("/"), headers, _ssl(cfg))
+
+            async def headers() -> dict[str, str]:
+                auth = (await cfg.get_api_key_with_prefix("authorization")
+                        or await cfg.get_api_key_with_prefix("BearerToken"))
+                return {"Authorization": auth} if auth else {}
+
+            self.conn = KubeConn(str(cfg.host).rstrip("/"), await headers(), _ssl(cfg), auth=headers)
             self._client, self._core = api_client, client.CoreV1Api(api_client)
         return self._core
 
