@@ -150,3 +150,39 @@ def test_show_gpus_per_context(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> N
     assert rows == {("a-lab", "MI300X"): (8, 8), ("b-lab", "MI300X"): (8, 8)}
     r = env.ok("show-gpus", "--infra", "k8s/b-lab")
     assert "b-lab" in r.stdout and "a-lab" not in r.stdout and "8 of 8 free" in r.stdout, r.stdout
+
+
+def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
+    env: GEnv, kubes: tuple[FakeKube, FakeKube], tmp_path: Path
+) -> None:
+    import json
+    import sqlite3
+    import time
+
+    a, _ = kubes
+    a.hold = True
+    try:
+        y = write(tmp_path / "k9.yaml", TASK)
+        with Client(autostart=False) as c:
+            rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
+                                      "base_dir": str(tmp_path), "cluster_name": "k9"})
+        deadline = time.monotonic() + 60
+        while not [x for x in a.live() if x.startswith("Pod/")] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert a.live("skyd-cluster"), "the launch never created its pod"
+        env.kill9_daemon()
+    finally:
+        a.hold = False
+    env.start_daemon()
+    with Client(autostart=False) as c:
+        evs = list(c.events(rid, True))
+    assert evs[-1]["type"] == "result", evs[-3:]
+    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
+    try:
+        (handle,) = con.execute("SELECT handle FROM clusters WHERE name = 'k9'").fetchone()
+    finally:
+        con.close()
+    pods = {f"Pod/skyd/{n['instance_id']}" for n in json.loads(handle)["nodes"]}
+    assert {x for x in a.live() if x.startswith("Pod/")} == pods
+    env.ok("down", "k9", "-y")
+    assert a.live() == []

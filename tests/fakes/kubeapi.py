@@ -109,6 +109,7 @@ class FakeKube:
         self.protocols: tuple[str, ...] = ("v4.channel.k8s.io",)
         self.calls: dict[str, int] = {}
         self.exec_calls = 0
+        self.hold = False  # pause point: new pods stay Pending, unscheduled (no condition yet)
         self.created: dict[str, float] = {}  # pod name -> time.perf_counter() at create
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -334,6 +335,8 @@ class FakeKube:
         return None
 
     def _schedule(self) -> None:
+        if self.hold:
+            return
         used: dict[str, dict[str, float]] = {n: {} for n in self.nodes}
         for p in self.pods.values():
             nn = p["spec"].get("nodeName")
