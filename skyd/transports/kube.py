@@ -90,7 +90,9 @@ class _Exec:
         self.status: dict[str, Any] | None = None
         self.done = asyncio.Event()
         self._buf = b""
+        self._sendq: asyncio.Queue[bytes] = asyncio.Queue()
         self._task = asyncio.ensure_future(self._pump())
+        self._sender = asyncio.ensure_future(self._send_loop())
 
     async def _pump(self) -> None:
         try:
@@ -132,22 +134,31 @@ class _Exec:
         return chunk
 
     def write(self, data: bytes) -> None:
-        if data and not self.ws.closed:
-            asyncio.ensure_future(self._send(bytes([STDIN]) + data))
+        if data:
+            self._sendq.put_nowait(bytes([STDIN]) + data)
 
-    async def _send(self, frame: bytes) -> None:
-        with contextlib.suppress(Exception):
-            await self.ws.send_bytes(frame)
+    async def _send_loop(self) -> None:
+        """One sender, so frames leave in the order they were written."""
+        while True:
+            frame = await self._sendq.get()
+            try:
+                if not self.ws.closed:
+                    await self.ws.send_bytes(frame)
+            except Exception:  # noqa: BLE001, S110 - the stream is going away; the reader ends it
+                pass
+            finally:
+                self._sendq.task_done()
 
     async def drain(self) -> None:
-        await asyncio.sleep(0)
+        await self._sendq.join()
 
     def write_eof(self) -> None:
         if self.v5:
-            asyncio.ensure_future(self._send(bytes([CLOSE, STDIN])))
+            self._sendq.put_nowait(bytes([CLOSE, STDIN]))
 
     def close(self) -> None:
         self._task.cancel()
+        self._sender.cancel()
         asyncio.ensure_future(self.ws.close())
 
     def alive(self) -> bool:
