@@ -125,6 +125,21 @@ async def test_evicted_pod_is_preempted(cloud: KubernetesCloud, kube: FakeKube) 
     h = await prov.provision(_req("ev"), print)
     kube.evict("skyd", "ev-abc123-0")
     assert await prov.query(h) == [NODE_PREEMPTED]
+    assert kube.live() == []  # the evicted pod and the service went with the cluster
+
+
+async def test_agent_repair_after_the_agent_dies(cloud: KubernetesCloud, kube: FakeKube) -> None:
+    prov = cloud.provisioner()
+    h = await prov.provision(_req("rep"), print)
+    t = await prov.transport("lab", "skyd", "rep-abc123-0")
+    nd = h.nodes[0].node_dir
+    await t.run(f"kill -9 $({t.python} -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"pid\"])' "
+                f"{nd}/agent.json)", check=True)
+    from skyd.transports import agent_deploy
+
+    assert not await agent_deploy.healthy(t, prov._site(h.nodes[0], h.cluster_name), h.token)
+    h = await prov.ensure_agents(h, print)
+    assert await _healthy(cloud, h)
     await prov.terminate(h, print)
 
 

@@ -276,6 +276,9 @@ class KubeProvisioner(Provisioner):
                 out.append(NODE_TERMINATED)
             else:
                 out.append(NODE_UNKNOWN)
+        if out and all(x == NODE_PREEMPTED for x in out):
+            # every pod evicted or deleted: the cluster is gone, so is what only it used
+            await self._remove(str(handle.region), handle.cluster_tag)
         return out
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
