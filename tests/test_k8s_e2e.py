@@ -186,3 +186,15 @@ def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
     assert {x for x in a.live() if x.startswith("Pod/")} == pods
     env.ok("down", "k9", "-y")
     assert a.live() == []
+
+
+def test_evicted_pods_read_as_preempted_and_nothing_is_left(env: GEnv, kubes: tuple[FakeKube, FakeKube],
+                                                           tmp_path: Path) -> None:
+    a, _ = kubes
+    y = write(tmp_path / "ev.yaml", TASK)
+    env.ok("launch", "-y", "-c", "kev", str(y), timeout=180)
+    (pod,) = [x.split("/")[-1] for x in a.live() if x.startswith("Pod/")]
+    a.evict("skyd", pod)
+    env.ok("status", "-r")
+    assert env.status("kev") is None  # the provider said preempted: the cluster is gone
+    assert a.live() == []
