@@ -234,10 +234,16 @@ class KubeProvisioner(Provisioner):
     async def _deploy(self, node: NodeHandle, cluster: str, token: str, zipapp: tuple[Path, str],
                       log: LogFn) -> None:
         t = await self._t(node)
+        probe = 'command -v python3 >/dev/null && printf %s "$HOME"'  # python3 may be installing
+        res = None
         with anyio.move_on_after(PYTHON_WAIT_S):
-            while not (await t.run("command -v python3", idempotent=True, timeout=30)).ok:
+            while not (res := await t.run(probe, idempotent=True, timeout=30)).ok:
                 await anyio.sleep(2.0)
-        home = (await t.run('printf %s "$HOME"', check=True, idempotent=True, timeout=30)).stdout.strip()
+        if res is None or not res.ok:
+            raise ResourcesUnavailableError(
+                f"pod {node.instance_id}: the image has no python3 and it could not be installed",
+                scope="stop", hint="use an image with python3 (resources.image_id)")
+        home = res.stdout.strip()
         base = posixpath.join(home or "/tmp", ".skyd")
         node.node_dir = posixpath.join(base, "nodes", f"{cluster}-{node.rank}")
         node.extra.update(home=home, base=base)
