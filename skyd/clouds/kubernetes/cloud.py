@@ -133,11 +133,13 @@ class KubernetesCloud(Cloud):
                     tg.start_soon(self._refresh_one, c)
 
     async def _refresh_one(self, ctx: str) -> None:
+        nodes: list[inventory.Node] = []  # unreachable: offers nothing until the next refresh
         with anyio.move_on_after(10):
             try:
-                self._nodes[ctx] = (time.monotonic(), await self._prov.inventory(ctx))
+                nodes = await self._prov.inventory(ctx)
             except SkydError:
-                self._nodes.pop(ctx, None)
+                pass
+        self._nodes[ctx] = (time.monotonic(), nodes)
 
     def dynamic_offerings(self) -> list[Offering]:
         try:  # from a worker thread of the planner's event loop
