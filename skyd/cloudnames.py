@@ -26,6 +26,7 @@ PROVIDERS: dict[str, str] = {
     "do": "skyd.clouds.do.cloud:DOCloud",
     "amddevcloud": "skyd.clouds.do.cloud:AMDDevCloud",
     "crusoe": "skyd.clouds.crusoe.cloud:CrusoeCloud",
+    "kubernetes": "skyd.clouds.kubernetes.cloud:KubernetesCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

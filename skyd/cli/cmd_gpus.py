@@ -46,6 +46,9 @@ def run_list(args: argparse.Namespace) -> int:
     from skyd.clouds.catalog import load_catalog
     from skyd.solver import gpu_listing
 
+    infra = str(args.infra or "")
+    if infra.split("/", 1)[0] in ("k8s", "kubernetes"):
+        return _run_k8s(args, infra.partition("/")[2] or None)
     name, count = None, None
     if args.accelerator:
         name, _, cnt = args.accelerator.partition(":")
@@ -101,4 +104,41 @@ def run_refresh(args: argparse.Namespace) -> int:
     for c in clouds:
         path = anyio.run(refresh_catalog, c)
         print(f"{c}: wrote {path}")
+    return 0
+
+
+def _run_k8s(args: argparse.Namespace, context: str | None) -> int:
+    """show-gpus --infra k8s[/<context>]: free and total GPUs per context, from the API."""
+    import anyio
+
+    from skyd.clouds.kubernetes.cloud import KubernetesCloud
+
+    async def table() -> list[dict[str, Any]]:
+        cloud = KubernetesCloud()
+        try:
+            return await cloud.gpu_table()
+        finally:
+            await cloud.close()
+
+    rows = anyio.run(table)
+    if context:
+        rows = [r for r in rows if r["context"] == context]
+    if args.accelerator:
+        want = args.accelerator.partition(":")[0].upper()
+        rows = [r for r in rows if r.get("accelerator") and r["accelerator"].upper() == want]
+    if args.output == "json":
+        from skyd.cli.output import print_json
+
+        print_json(rows)
+        return 0
+    from skyd.cli.output import print_table
+
+    print_table([r for r in rows if r.get("accelerator")], [
+        ("CONTEXT", "context"), ("GPU", "accelerator"),
+        ("REQUESTABLE_QTY_PER_NODE", lambda r: str(r["max_per_node"])),
+        ("UTILIZATION", lambda r: f"{r['free']} of {r['total']} free"),
+    ], empty="No GPUs on the reachable contexts.")
+    for r in rows:
+        if not r.get("accelerator") and r.get("error"):
+            print(f"{r['context']}: unavailable ({r['error']})")
     return 0

@@ -101,6 +101,8 @@ async def _refresh(ctx: Any, request: Any) -> Any:
     body = ctx.body or {}
     names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
     await leaks.leak_pass(ctx.store, names)  # half-made attempts nobody is finishing
+    if not body.get("clusters"):
+        await leaks.orphan_pass(ctx.store)  # labelled objects no cluster row knows
     out = []
     for name in names:
         row = await lifecycle.refresh_cluster(ctx.store, name, repair=True)
