@@ -1,0 +1,303 @@
+"""One service's controller: a task in the daemon that keeps the replicas at the
+autoscaler's target, probes them, and feeds the ready ones to the load balancer.
+
+Replicas are clusters launched through the cluster-ops seam (skyd.jobs.ops.ClusterOps).
+Every replica transition is written to SQLite before it is acted on; after a daemon
+restart the controller picks the rows up: probed replicas are probed again (their
+clusters and programs outlived the daemon), a half-made launch is torn down and redone,
+an unfinished teardown is finished.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from skyd.serve import status as st
+from skyd.serve.autoscalers import Autoscaler, Decision, autoscaler_for
+from skyd.serve.lb import LoadBalancer
+from skyd.serve.probe import Prober
+
+if TYPE_CHECKING:
+    from skyd.serve.manager import ServeManager
+
+JOB_ENDED = frozenset({"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"})
+MAX_FAILED_LAUNCHES = 3
+DEFAULT_PROBE_INTERVAL = 10.0
+DEFAULT_FAILURE_TIMEOUT = 180.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ServiceController:
+    def __init__(self, manager: ServeManager, name: str) -> None:
+        self.m = manager
+        self.db = manager.db
+        self.name = name
+        self.busy: set[int] = set()
+        self.scopes: dict[int, anyio.CancelScope] = {}
+        self.wake = anyio.Event()
+        self.done = anyio.Event()
+        self.lb: LoadBalancer | None = None
+        self.scaler: Autoscaler | None = None
+        self.last: Decision | None = None
+        self.failed_launches = 0
+        self.prober = Prober()
+        self.cancel_scope = anyio.CancelScope()
+
+    def log(self, text: str) -> None:
+        self.m.log(self.name, text)
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    # -- main loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            with self.cancel_scope:
+                await self._run()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.prober.close()
+            self.m.forget(self.name, self)
+            self.done.set()
+
+    async def _run(self) -> None:
+        svc = await self.db.get_service(self.name)
+        if svc is None:
+            return
+        spec = svc["spec"]["service"]
+        lbspec = spec.get("load_balancer") or {}
+        self.lb = LoadBalancer(
+            self.name, host=self.m.host, port=int(svc["lb_port"]),
+            policy=spec.get("load_balancing_policy") or "least_load",
+            affinity_header=lbspec.get("affinity_header"),
+            affinity_body_prefix=lbspec.get("affinity_body_prefix"),
+            stream_timeout=lbspec.get("stream_timeout_seconds"),
+            ssl_context=self.m.ssl_context(spec.get("tls")),
+            qps_window=self.m.qps_window)
+        async with anyio.create_task_group() as tg:
+            if svc["status"] != st.SHUTTING_DOWN:
+                ready = [r for r in await self.db.replicas(self.name) if r["status"] == st.READY]
+                self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
+                await tg.start(self.lb.serve)
+                self.log(f"load balancer on {svc['endpoint']}")
+            while True:
+                svc = await self.db.get_service(self.name)
+                if svc is None:
+                    break
+                if svc["status"] == st.SHUTTING_DOWN:
+                    await self._shutdown(tg)
+                    break
+                await self._step(tg, svc)
+                self.wake = anyio.Event()
+                with anyio.move_on_after(self._interval(svc)):
+                    await self.wake.wait()
+            tg.cancel_scope.cancel()
+
+    def _interval(self, svc: dict[str, Any]) -> float:
+        probe = svc["spec"]["service"].get("readiness_probe") or {}
+        v = probe.get("endpoint_probe_interval_seconds")
+        if v is None:
+            v = float(os.environ.get("SKYD_SERVE_PROBE_INTERVAL") or DEFAULT_PROBE_INTERVAL)
+        return max(0.05, float(v))
+
+    async def _step(self, tg: Any, svc: dict[str, Any]) -> None:
+        spec = svc["spec"]
+        reps = await self.db.replicas(self.name)
+        for r in reps:
+            rid = int(r["replica_id"])
+            if rid in self.busy:
+                continue
+            if r["status"] in (st.PENDING, st.PROVISIONING):
+                self._spawn(tg, rid, self._launch, r, spec)
+            elif r["status"] == st.SHUTTING_DOWN:
+                self._spawn(tg, rid, self._teardown, r)
+        probed = [r for r in reps if r["status"] in st.PROBED and int(r["replica_id"]) not in self.busy]
+        if probed:
+            async with anyio.create_task_group() as ptg:
+                for r in probed:
+                    ptg.start_soon(self._probe, r, spec["service"])
+            reps = await self.db.replicas(self.name)
+        await self._scale(svc, reps)
+        reps = await self.db.replicas(self.name)
+        ready = [r for r in reps if r["status"] == st.READY]
+        alive = [r for r in reps if r["status"] in st.ALIVE]
+        assert self.lb is not None
+        if ready:
+            status, reason = st.READY, None
+        elif self.failed_launches >= MAX_FAILED_LAUNCHES and not alive:
+            status, reason = st.FAILED, (f"{self.failed_launches} replicas in a row failed; "
+                                         "see `skyd serve logs`")
+        elif alive:
+            status, reason = st.REPLICA_INIT, None
+        else:
+            status, reason = st.NO_REPLICA, None
+        why = reason or ("no replica is ready yet" if alive else "the service has no replica")
+        self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready], why)
+        if status != svc["status"] or reason != svc["status_reason"]:
+            await self.db.set_service_status(self.name, status, reason)
+            self.log(f"service {status}" + (f": {reason}" if reason else ""))
+            self.m.publish(self.name)
+
+    def _spawn(self, tg: Any, rid: int, fn: Any, *args: Any) -> None:
+        self.busy.add(rid)
+        scope = self.scopes[rid] = anyio.CancelScope()
+
+        async def go() -> None:
+            try:
+                with scope:
+                    await fn(*args)
+            except Exception as e:  # noqa: BLE001 - logged; the next step retries
+                self.log(f"replica {rid}: {type(e).__name__}: {e}")
+            finally:
+                self.busy.discard(rid)
+                self.scopes.pop(rid, None)
+                self.poke()
+
+        tg.start_soon(go)
+
+    # -- scaling -----------------------------------------------------------------------
+    async def _scale(self, svc: dict[str, Any], reps: list[dict[str, Any]]) -> None:
+        policy = svc["spec"]["service"].get("replica_policy") or {}
+        alive = [r for r in reps if r["status"] in st.ALIVE]
+        if self.scaler is None:
+            self.scaler = autoscaler_for(policy, len(alive))
+        assert self.lb is not None
+        d = self.scaler.decide(time.monotonic(), self.lb.qps())
+        if self.last is None or d.reason != self.last.reason or d.target != self.last.target:
+            self.log(f"autoscaler {self.scaler.name}: target {d.target} ({d.reason}) {d.inputs}")
+        self.last = d
+        if self.failed_launches >= MAX_FAILED_LAUNCHES:
+            return
+        version = int(svc["version"] or 1)
+        for _ in range(d.target - len(alive)):
+            r = await self.db.new_replica(self.name, version, None)
+            self.log(f"replica {r['replica_id']}: PENDING (scale to {d.target})")
+            self.poke()
+        if len(alive) > d.target:
+            order = {st.PENDING: 0, st.PROVISIONING: 1, st.STARTING: 2, st.NOT_READY: 3, st.READY: 4}
+            victims = sorted(alive, key=lambda r: (order.get(r["status"], 0), -int(r["replica_id"])))
+            for r in victims[: len(alive) - d.target]:
+                await self._retire(r, None, f"scale down to {d.target}")
+
+    async def _retire(self, r: dict[str, Any], final: str | None, reason: str) -> None:
+        """Mark for teardown (final: the status the row keeps afterwards; None: removed)."""
+        await self.db.update_replica(self.name, int(r["replica_id"]), status=st.SHUTTING_DOWN,
+                                     final_status=final, status_reason=reason)
+        self.log(f"replica {r['replica_id']}: SHUTTING_DOWN ({reason})")
+        if final is not None and final != st.PREEMPTED and not r.get("ready_at"):
+            self.failed_launches += 1
+        self.poke()
+
+    # -- one replica -------------------------------------------------------------------
+    async def _launch(self, r: dict[str, Any], spec: dict[str, Any]) -> None:
+        from skyd.jobs.ops import TaskSpec
+
+        rid = int(r["replica_id"])
+        cluster = str(r["cluster"])
+        if r["status"] == st.PROVISIONING:  # a launch the last daemon did not finish
+            self.log(f"replica {rid}: redoing an unfinished launch")
+            await self.m.ops.teardown(cluster)
+        task = dict(spec["task"])
+        task.pop("service", None)
+        local = self.m.is_local(task)
+        port = int(r["port"]) if r["port"] else (free_port() if local else self.m.replica_port(spec))
+        await self.db.update_replica(self.name, rid, status=st.PROVISIONING, port=port)
+        self.log(f"replica {rid}: PROVISIONING {cluster} (port {port})")
+        envs = {"SKYPILOT_SERVE_REPLICA_ID": str(rid), "SKYPILOT_SERVE_PORT": str(port),
+                "SKYPILOT_SERVICE_NAME": self.name}
+        ts = TaskSpec(name=cluster, task=task, job_id=rid, task_index=0, attempt=1, envs=envs)
+        try:
+            res = await self.m.ops.launch(ts, cluster, blocked=[],
+                                          log=lambda s: self.log(f"replica {rid}: {s}"))
+        except Exception as e:  # noqa: BLE001 - any launch failure ends this replica
+            await self._retire(r, st.FAILED_PROVISION, f"{type(e).__name__}: {e}")
+            return
+        host = await self.m.replica_host(cluster)
+        await self.db.update_replica(
+            self.name, rid, status=st.STARTING, job_id=res.job_id, url=f"http://{host}:{port}",
+            cloud=res.cloud, region=res.region, zone=res.zone, started_at=time.time())
+        self.log(f"replica {rid}: STARTING at http://{host}:{port}")
+
+    async def _teardown(self, r: dict[str, Any]) -> None:
+        rid = int(r["replica_id"])
+        await self.m.ops.teardown(str(r["cluster"]))
+        if r.get("final_status"):
+            await self.db.update_replica(self.name, rid, status=r["final_status"])
+            self.log(f"replica {rid}: {r['final_status']} (cluster removed)")
+        else:
+            await self.db.delete_replica(self.name, rid)
+            self.log(f"replica {rid}: removed")
+
+    async def _probe(self, r: dict[str, Any], service: dict[str, Any]) -> None:
+        rid = int(r["replica_id"])
+        probe = service.get("readiness_probe") or {}
+        ok, why = await self.prober.probe(str(r["url"]), probe)
+        now = time.time()
+        if ok:
+            if r["status"] != st.READY:
+                await self.db.update_replica(self.name, rid, status=st.READY, fail_since=None,
+                                             ready_at=r.get("ready_at") or now, status_reason=None)
+                self.log(f"replica {rid}: READY")
+                self.failed_launches = 0
+            return
+        # Not answering: has its program ended, or its cluster gone?
+        if r["job_id"] is not None:
+            info = await self.m.ops.job_status(str(r["cluster"]), int(r["job_id"]))
+            if info is not None and info.status in JOB_ENDED:
+                await self._retire(r, st.FAILED_USER, f"its program ended ({info.status}, "
+                                   f"exit code {info.exit_code})")
+                return
+            if info is None:
+                cs = await self.m.ops.cluster_status(str(r["cluster"]))
+                if cs in ("PREEMPTED", "TERMINATED", "STOPPED"):
+                    await self._retire(r, st.PREEMPTED, f"its cluster is {cs}")
+                    return
+        if r["status"] == st.STARTING:
+            delay = float(probe.get("initial_delay_seconds") or 0)
+            if now - float(r["started_at"] or now) > delay:
+                await self._retire(r, st.FAILED_INITIAL_DELAY,
+                                   f"not ready within initial_delay_seconds={delay:g}: {why}")
+            return
+        limit = probe.get("consecutive_failure_threshold_timeout")
+        limit = DEFAULT_FAILURE_TIMEOUT if limit is None else float(limit)
+        if r["status"] == st.READY:
+            await self.db.update_replica(self.name, rid, status=st.NOT_READY, fail_since=now,
+                                         status_reason=why)
+            self.log(f"replica {rid}: NOT_READY ({why})")
+        elif now - float(r["fail_since"] or now) > limit:
+            await self._retire(r, st.FAILED_PROBING, f"failing probes for over {limit:g}s: {why}")
+
+    async def _shutdown(self, tg: Any) -> None:
+        assert self.lb is not None
+        self.lb.set_replicas([], f"service {self.name} is shutting down")
+        for scope in list(self.scopes.values()):
+            scope.cancel()  # launches in flight stop; their clusters go below
+        while self.busy:
+            await anyio.sleep(0.05)
+        while True:
+            reps = await self.db.replicas(self.name)
+            live = [r for r in reps if r["status"] not in st.FINAL]
+            if not live:
+                break
+            for r in live:
+                if r["status"] != st.SHUTTING_DOWN:
+                    await self.db.update_replica(self.name, int(r["replica_id"]),
+                                                 status=st.SHUTTING_DOWN, final_status=None)
+            reps = await self.db.replicas(self.name)
+            async with anyio.create_task_group() as dtg:
+                for r in reps:
+                    if r["status"] == st.SHUTTING_DOWN:
+                        dtg.start_soon(self._teardown, {**r, "final_status": None})
+        await self.db.delete_service(self.name)
+        self.log("service removed")
+        self.m.publish(self.name)
