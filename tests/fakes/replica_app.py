@@ -6,6 +6,7 @@
 - ``GET /whoami``: JSON {"replica": id, "session": X-Session-Id header}
 - ``GET /stream?n=5&delay=0.2``: ``n`` chunks ``token <i>\\n``, ``delay`` seconds apart
 - ``POST /echo``: the request body streamed back chunk by chunk
+With ``PID_DIR`` set it writes ``<replica id>.pid`` there.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ async def echo(request: web.Request) -> web.StreamResponse:
 
 def main() -> None:
     port = int(sys.argv[1] if len(sys.argv) > 1 else os.environ["SKYPILOT_SERVE_PORT"])
+    if os.environ.get("PID_DIR"):  # tests kill a replica's program through this
+        with open(os.path.join(os.environ["PID_DIR"], f"{RID}.pid"), "w") as f:
+            f.write(str(os.getpid()))
     app = web.Application()
     app.add_routes([web.get("/health", health), web.get("/", root), web.post("/", root),
                     web.get("/whoami", whoami), web.get("/stream", stream),
