@@ -31,6 +31,17 @@ DEFAULT_PROBE_INTERVAL = 10.0
 DEFAULT_FAILURE_TIMEOUT = 180.0
 
 
+def lb_class() -> type[LoadBalancer]:
+    """The raw-protocol proxy (httptools) unless SKYD_SERVE_LB=aiohttp or it is missing."""
+    if os.environ.get("SKYD_SERVE_LB") != "aiohttp":
+        try:
+            from skyd.serve.fastlb import FastLoadBalancer
+        except ImportError:
+            return LoadBalancer
+        return FastLoadBalancer
+    return LoadBalancer
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -76,7 +87,7 @@ class ServiceController:
             return
         spec = svc["spec"]["service"]
         lbspec = spec.get("load_balancer") or {}
-        self.lb = LoadBalancer(
+        self.lb = lb_class()(
             self.name, host=self.m.host, port=int(svc["lb_port"]),
             policy=spec.get("load_balancing_policy") or "least_load",
             affinity_header=lbspec.get("affinity_header"),
