@@ -6,6 +6,7 @@
 - ``GET /whoami``: JSON {"replica": id, "session": X-Session-Id header}
 - ``GET /stream?n=5&delay=0.2``: ``n`` chunks ``token <i>\\n``, ``delay`` seconds apart
 - ``POST /echo``: the request body streamed back chunk by chunk
+- ``GET /cut``: a response that breaks off mid-body
 With ``PID_DIR`` set it writes ``<replica id>.pid`` there.
 """
 
@@ -21,6 +22,7 @@ from aiohttp import web
 
 RID = os.environ.get("SKYPILOT_SERVE_REPLICA_ID", "?")
 START = time.monotonic()
+RID_KEY = web.AppKey("rid", str)
 READY_AFTER = float(os.environ.get("READY_AFTER") or 0)
 
 
@@ -32,11 +34,11 @@ async def health(request: web.Request) -> web.Response:
 
 async def root(request: web.Request) -> web.Response:
     await request.read()
-    return web.Response(text=f"replica {RID}")
+    return web.Response(text=f"replica {request.app[RID_KEY]}")
 
 
 async def whoami(request: web.Request) -> web.Response:
-    body = {"replica": RID, "session": request.headers.get("X-Session-Id")}
+    body = {"replica": request.app[RID_KEY], "session": request.headers.get("X-Session-Id")}
     return web.Response(text=json.dumps(body), content_type="application/json")
 
 
@@ -61,16 +63,32 @@ async def echo(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def cut(request: web.Request) -> web.StreamResponse:
+    """Starts a response, then drops the connection (a replica dying mid-answer)."""
+    resp = web.StreamResponse()
+    resp.content_length = 1000
+    await resp.prepare(request)
+    await resp.write(b"partial")
+    assert request.transport is not None
+    request.transport.close()
+    return resp
+
+
+def make_app(rid: str) -> web.Application:
+    app = web.Application()
+    app[RID_KEY] = rid
+    app.add_routes([web.get("/health", health), web.get("/", root), web.post("/", root),
+                    web.get("/whoami", whoami), web.get("/stream", stream),
+                    web.post("/echo", echo), web.get("/cut", cut)])
+    return app
+
+
 def main() -> None:
     port = int(sys.argv[1] if len(sys.argv) > 1 else os.environ["SKYPILOT_SERVE_PORT"])
     if os.environ.get("PID_DIR"):  # tests kill a replica's program through this
         with open(os.path.join(os.environ["PID_DIR"], f"{RID}.pid"), "w") as f:
             f.write(str(os.getpid()))
-    app = web.Application()
-    app.add_routes([web.get("/health", health), web.get("/", root), web.post("/", root),
-                    web.get("/whoami", whoami), web.get("/stream", stream),
-                    web.post("/echo", echo)])
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    web.run_app(make_app(RID), host="127.0.0.1", port=port, access_log=None, print=None)
 
 
 if __name__ == "__main__":
