@@ -216,3 +216,43 @@ def test_port_in_use_is_refused(daemon: Any, skyd_home: Path, tmp_path: Path) ->
         r = cli("serve", "up", str(_yaml(tmp_path, "busy", PROBE + f"  replicas: 1\n  ports: {port}\n")))
     assert r.returncode == 2 and f"port {port}" in r.stderr, r.stderr
     assert cli("serve", "status", "-o", "json").stdout.strip() == "[]"
+
+
+def test_rolling_update_under_steady_load_fails_no_request(daemon: Any, tmp_path: Path) -> None:
+    import threading
+
+    out = _up(_yaml(tmp_path, "ru", PROBE + "  replicas: 2\n", envs="  V: one\n"))
+    _ready("ru", 2)
+    stop = threading.Event()
+    results: list[tuple[int, str]] = []
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                results.append(_get(out["endpoint"] + "/"))
+            except OSError as e:
+                results.append((0, repr(e)))
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        new = _yaml(tmp_path, "ru2", PROBE + "  replicas: 2\n", envs="  V: two\n")
+        r = cli("serve", "update", "ru", str(new))
+        assert r.returncode == 0, r.stderr
+
+        def rolled() -> bool:
+            s = _svc("ru")
+            return s["version"] == 2 and sorted(
+                (x["replica_id"], x["status"], x["version"]) for x in s["replicas"]) == [
+                (3, "READY", 2), (4, "READY", 2)]
+
+        wait_for(rolled, timeout=90, interval=0.2)
+        n = len(results)
+        wait_for(lambda: len(results) > n + 20, timeout=20)
+    finally:
+        stop.set()
+        t.join(20)
+    bad = [x for x in results if x[0] != 200]
+    assert not bad, bad[:5]
+    assert {b for _, b in results[-10:]} <= {"replica 3", "replica 4"}
+    assert {"replica 1", "replica 2"} & {b for _, b in results}

@@ -34,6 +34,15 @@ def up(task: str | os.PathLike[str] | None = None, *, yaml_text: str | None = No
     return _result(str(_c().submit("serve.up", body)))
 
 
+def update(name: str, task: str | os.PathLike[str] | None = None, *,
+           yaml_text: str | None = None, mode: str = "rolling",
+           env: dict[str, str] | None = None) -> dict[str, Any]:
+    """`skyd serve update`: {"name", "version"}; the replicas roll over afterwards."""
+    body = {**payloads.task_source(task, yaml_text=yaml_text), "name": name, "mode": mode,
+            "env": env or {}}
+    return _result(str(_c().submit("serve.update", body)))
+
+
 def status(name: str | None = None) -> Any:
     """One service (a dict) or every service (a list), each with its replicas."""
     return _c().get(f"/v1/services/{name}") if name else list(_c().get("/v1/services"))

@@ -25,6 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("-o", "--output", choices=("table", "json"), default="table")
     up.set_defaults(func=run_up)
 
+    u = ss.add_parser("update", help="roll a service to a new version of its task YAML")
+    u.add_argument("name", metavar="NAME")
+    u.add_argument("yaml", metavar="TASK.yaml")
+    u.add_argument("--mode", choices=("rolling", "blue_green"), default="rolling",
+                   help="rolling: old replicas go as new ones are READY; blue_green: all at "
+                        "once when the new set is READY")  # fmt: skip
+    u.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
+    u.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    u.set_defaults(func=run_update)
+
     s = ss.add_parser("status", help="services and their replicas")
     s.add_argument("name", nargs="?", metavar="NAME")
     s.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -72,6 +82,26 @@ def run_up(args: argparse.Namespace) -> int:
     sys.stdout.write(f"Service {out['name']} is starting; endpoint: {out['endpoint']}\n"
                      f"  status: skyd serve status {out['name']}\n"
                      f"  logs:   skyd serve logs {out['name']}\n")  # fmt: skip
+    return 0
+
+
+def run_update(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from skyd.cli.client import get_client
+    from skyd.jobs.cli import _envs, _wait
+    from skyd.sdk.payloads import read_task_file
+
+    path = Path(args.yaml)
+    payload: dict[str, Any] = {
+        "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
+        "base_dir": str(path.resolve().parent), "env": _envs(args.env), "name": args.name,
+        "mode": args.mode,
+    }  # fmt: skip
+    client = get_client()
+    out = _wait(client, client.submit("serve.update", payload))
+    sys.stdout.write(f"Service {out['name']}: updating to version {out['version']} "
+                     f"({args.mode}); watch with `skyd serve status {out['name']}`\n")
     return 0
 
 

@@ -59,6 +59,7 @@ class ServiceController:
         self.done = anyio.Event()
         self.lb: LoadBalancer | None = None
         self.scaler: Autoscaler | None = None
+        self.scaler_version = 0
         self.last: Decision | None = None
         self.failed_launches = 0
         self.prober = Prober()
@@ -123,12 +124,16 @@ class ServiceController:
 
     async def _step(self, tg: Any, svc: dict[str, Any]) -> None:
         spec = svc["spec"]
+        self._configure_lb(spec["service"])
         reps = await self.db.replicas(self.name)
         for r in reps:
             rid = int(r["replica_id"])
             if rid in self.busy:
                 continue
             if r["status"] in (st.PENDING, st.PROVISIONING):
+                if int(r["version"] or 1) != int(svc["version"] or 1) and r["status"] == st.PENDING:
+                    await self._retire(r, None, "an older version")
+                    continue
                 self._spawn(tg, rid, self._launch, r, spec)
             elif r["status"] == st.SHUTTING_DOWN:
                 self._spawn(tg, rid, self._teardown, r)
@@ -159,6 +164,24 @@ class ServiceController:
             self.log(f"service {status}" + (f": {reason}" if reason else ""))
             self.m.publish(self.name)
 
+    def _configure_lb(self, service: dict[str, Any]) -> None:
+        """After `serve update`: the new version's policy and affinity settings."""
+        from skyd.serve.policies import make_policy
+
+        lb = self.lb
+        assert lb is not None
+        name = service.get("load_balancing_policy") or "least_load"
+        lbspec = service.get("load_balancer") or {}
+        header = lbspec.get("affinity_header")
+        if lb.policy.name != name:
+            lb.policy = make_policy(name)
+            lb.policy.set_backends(list(lb.backends.values()))
+        lb.affinity_body_prefix = lbspec.get("affinity_body_prefix") or 0
+        if lb.affinity_header != header:
+            lb.affinity_header = header
+            if hasattr(lb, "affinity_header_b"):
+                lb.affinity_header_b = header.lower().encode() if header else None
+
     def _spawn(self, tg: Any, rid: int, fn: Any, *args: Any) -> None:
         self.busy.add(rid)
         scope = self.scopes[rid] = anyio.CancelScope()
@@ -178,10 +201,17 @@ class ServiceController:
 
     # -- scaling -----------------------------------------------------------------------
     async def _scale(self, svc: dict[str, Any], reps: list[dict[str, Any]]) -> None:
+        """Replicas of the current version up/down to the autoscaler's target; those of
+        older versions retired as the update mode allows (rolling: one per new READY
+        replica; blue_green: all once the new set is READY)."""
         policy = svc["spec"]["service"].get("replica_policy") or {}
+        version = int(svc["version"] or 1)
         alive = [r for r in reps if r["status"] in st.ALIVE]
-        if self.scaler is None:
-            self.scaler = autoscaler_for(policy, len(alive))
+        new = [r for r in alive if int(r["version"] or 1) == version]
+        old = [r for r in alive if int(r["version"] or 1) != version]
+        if self.scaler is None or self.scaler_version != version:
+            self.scaler = autoscaler_for(policy, len(new) or len(old))
+            self.scaler_version = version
         assert self.lb is not None
         d = self.scaler.decide(time.monotonic(), self.lb.qps())
         if self.last is None or d.reason != self.last.reason or d.target != self.last.target:
@@ -189,16 +219,27 @@ class ServiceController:
         self.last = d
         if self.failed_launches >= MAX_FAILED_LAUNCHES:
             return
-        version = int(svc["version"] or 1)
-        for _ in range(d.target - len(alive)):
+        for _ in range(d.target - len(new)):
             r = await self.db.new_replica(self.name, version, None)
-            self.log(f"replica {r['replica_id']}: PENDING (scale to {d.target})")
+            self.log(f"replica {r['replica_id']}: PENDING (version {version}, scale to {d.target})")
             self.poke()
-        if len(alive) > d.target:
-            order = {st.PENDING: 0, st.PROVISIONING: 1, st.STARTING: 2, st.NOT_READY: 3, st.READY: 4}
-            victims = sorted(alive, key=lambda r: (order.get(r["status"], 0), -int(r["replica_id"])))
-            for r in victims[: len(alive) - d.target]:
+        order = {st.PENDING: 0, st.PROVISIONING: 1, st.STARTING: 2, st.NOT_READY: 3, st.READY: 4}
+
+        def worst_first(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return sorted(rs, key=lambda r: (order.get(r["status"], 0), -int(r["replica_id"])))
+
+        if len(new) > d.target:
+            for r in worst_first(new)[: len(new) - d.target]:
                 await self._retire(r, None, f"scale down to {d.target}")
+        if old:
+            ready_new = sum(r["status"] == st.READY for r in new)
+            if svc["spec"].get("update_mode") == "blue_green":
+                keep = len(old) if ready_new < d.target else 0
+            else:
+                keep = max(0, d.target - ready_new)
+            useful = [r for r in old if r["status"] == st.READY]
+            for r in worst_first(old)[: len(old) - min(keep, len(useful))]:
+                await self._retire(r, None, f"replaced by version {version}")
 
     async def _retire(self, r: dict[str, Any], final: str | None, reason: str) -> None:
         """Mark for teardown (final: the status the row keeps afterwards; None: removed)."""
@@ -241,6 +282,7 @@ class ServiceController:
 
     async def _teardown(self, r: dict[str, Any]) -> None:
         rid = int(r["replica_id"])
+        await self._drain(rid)
         await self.m.ops.teardown(str(r["cluster"]))
         if r.get("final_status"):
             await self.db.update_replica(self.name, rid, status=r["final_status"])
@@ -248,6 +290,17 @@ class ServiceController:
         else:
             await self.db.delete_replica(self.name, rid)
             self.log(f"replica {rid}: removed")
+
+    async def _drain(self, rid: int, timeout: float = 30.0) -> None:
+        """Take the replica out of the load balancer and let its requests finish."""
+        lb = self.lb
+        if lb is None or rid not in lb.backends:
+            return
+        b = lb.backends[rid]
+        lb.set_replicas([(k, v.url, v.weight) for k, v in lb.backends.items() if k != rid])
+        with anyio.move_on_after(timeout):
+            while b.inflight > 0:
+                await anyio.sleep(0.05)
 
     async def _probe(self, r: dict[str, Any], service: dict[str, Any]) -> None:
         rid = int(r["replica_id"])

@@ -125,6 +125,21 @@ class ServeManager:
         self._start(name)
         return {"name": name, "endpoint": endpoint}
 
+    async def update(self, name: str, spec: dict[str, Any], mode: str) -> int:
+        """A new version: its replicas launch, the old ones go as the mode says."""
+        svc = await self.db.get_service(name)
+        if svc is None or svc["status"] == st.SHUTTING_DOWN:
+            raise NotFoundError(f"no service {name!r}", hint="see `skyd serve status`")
+        old = svc["spec"]["service"]
+        if bool(old.get("tls")) != bool(spec["service"].get("tls")) or (
+                old.get("ports") != spec["service"].get("ports")):
+            raise InvalidSpecError("an update cannot change service.ports or tls",
+                                   field="service", hint="bring a new service up instead")
+        version = await self.db.update_spec(name, {**spec, "update_mode": mode})
+        self.log(name, f"update to version {version} ({mode})")
+        self._start(name).poke()
+        return version
+
     async def down(self, names: list[str], *, all_services: bool = False,
                    wait: bool = True) -> list[str]:
         rows = await self.db.services()

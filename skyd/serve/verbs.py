@@ -1,6 +1,7 @@
 """Daemon plugin: serving verbs and reads (listed in skyd.daemon.plugins).
 
 - verb ``serve.up``   {yaml, yaml_path, base_dir, env, name} → {"name", "endpoint"}
+- verb ``serve.update`` {name, yaml, ..., mode: rolling|blue_green} → {"name", "version"}
 - verb ``serve.down`` {names, all} → {"down": [names]} (answers once the replicas are gone)
 - read ``GET /v1/services`` → every service with its replicas and load-balancer figures
 - read ``GET /v1/services/{name}`` → one of them
@@ -78,6 +79,33 @@ async def serve_up(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, An
     out = await _m().up(name, spec, port)
     ctx.log(f"Service {name}: endpoint {out['endpoint']}")
     return out
+
+
+async def _prepare_update(payload: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    from skyd.serve.spec import load_service
+
+    m = _m()
+    name = payload.get("name")
+    if not isinstance(name, str) or await m.db.get_service(name) is None:
+        raise NotFoundError(f"no service {name!r}", hint="see `skyd serve status`")
+    mode = payload.get("mode") or "rolling"
+    if mode not in ("rolling", "blue_green"):
+        raise InvalidSpecError(f"unknown update mode {mode!r}", field="mode",
+                               hint="rolling or blue_green")
+    _, spec = await anyio.to_thread.run_sync(load_service, {**payload, "name": name})
+    return name, spec, str(mode)
+
+
+async def check_serve_update(payload: dict[str, Any]) -> None:
+    await _prepare_update(payload)
+
+
+async def serve_update(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Roll a service to a new task YAML (rolling, or blue_green)."""
+    name, spec, mode = await _prepare_update(payload)
+    version = await _m().update(name, spec, mode)
+    ctx.log(f"Service {name}: updating to version {version} ({mode})")
+    return {"name": name, "version": version}
 
 
 async def check_serve_down(payload: dict[str, Any]) -> None:
@@ -189,6 +217,7 @@ async def _read_chunks(path: Any, size: int = 256 * 1024) -> AsyncIterator[str]:
 
 
 register_verb("serve.up", serve_up, check=check_serve_up)
+register_verb("serve.update", serve_update, check=check_serve_update)
 register_verb("serve.down", serve_down, check=check_serve_down)
 register_read("GET", "/v1/services", services_list)
 register_read("GET", "/v1/services/{name}", service_get)
