@@ -256,3 +256,35 @@ def test_rolling_update_under_steady_load_fails_no_request(daemon: Any, tmp_path
     assert not bad, bad[:5]
     assert {b for _, b in results[-10:]} <= {"replica 3", "replica 4"}
     assert {"replica 1", "replica 2"} & {b for _, b in results}
+
+
+def test_load_spike_upscales_after_the_delay_and_idle_downscales(skyd_home: Path,
+                                                                  tmp_path: Path) -> None:
+    import threading
+
+    policy = ("  replica_policy:\n    min_replicas: 1\n    max_replicas: 2\n"
+              "    target_qps_per_replica: 5\n    upscale_delay_seconds: 1\n"
+              "    downscale_delay_seconds: 3\n")
+    with running_daemon(SKYD_SERVE_QPS_WINDOW="2"):
+        out = _up(_yaml(tmp_path, "as", PROBE + policy))
+        _ready("as", 1)
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                _get(out["endpoint"] + "/")
+
+        t = threading.Thread(target=load)
+        t.start()
+        try:
+            s = _ready("as", 2, timeout=60)
+            assert "upscale" in s["autoscaler"]["reason"] or s["autoscaler"]["target"] == 2
+        finally:
+            stop.set()
+            t.join(20)
+        s = wait_for(lambda: (lambda v: v if [r["status"] for r in v["replicas"]] == ["READY"]
+                              else None)(_svc("as")), timeout=60, interval=0.2)
+        assert s["status"] == "READY"
+        log = cli("serve", "logs", "as", "--no-follow").stdout
+        assert "upscale 1 -> 2" in log and "downscale 2 -> 1" in log
+        assert cli("serve", "down", "as").returncode == 0
