@@ -101,6 +101,27 @@ def parse(out: str) -> dict[str, float]:
     return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "non2xx": float(errs.group(1)) if errs else 0}
 
 
+def chunk_delays(url: str, n: int = 100, delay: float = 0.01) -> dict[str, float]:
+    """A token stream: per chunk, arrival time minus the replica's stamp (ms); p50/p99."""
+    host, port = url.removeprefix("http://").split(":")
+    lat: list[float] = []
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"GET /stream?n={n}&delay={delay} HTTP/1.1\r\nHost: x\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        buf = b""
+        while True:
+            data = s.recv(65536)
+            now = time.time()
+            if not data:
+                break
+            buf += data
+            for m in re.finditer(rb"token \d+ ([\d.]+)\n", buf):
+                lat.append((now - float(m.group(1))) * 1000)
+            buf = buf[buf.rfind(b"\n") + 1:]
+    lat.sort()
+    return {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99) - 1], "n": len(lat)}
+
+
 def direct_two(a: str, b: str, args: argparse.Namespace) -> dict[str, float]:
     """Half the connections straight at each replica, at once: req/s summed, latency of the
     first."""
@@ -135,6 +156,7 @@ def main() -> None:
         for p in ports:
             wait_port(p)
         a, b = (f"http://127.0.0.1:{p}" for p in ports)
+        streams: dict[str, dict[str, float]] = {"direct": chunk_delays(a)}
         results["direct (one replica)"] = wrk(a + "/", args)
         results["direct (two replicas)"] = direct_two(a, b, args)
         try:
@@ -149,6 +171,8 @@ def main() -> None:
             procs.append(lb)
             wait_port(port)
             wrk(f"http://127.0.0.1:{port}/", argparse.Namespace(**{**vars(args), "duration": 2}))
+            streams[f"skyd lb {impl}" + (" +uvloop" if use == "1" else "")] = chunk_delays(
+                f"http://127.0.0.1:{port}")
             label = "skyd lb, aiohttp" if impl == "aiohttp" else "skyd lb, httptools"
             results[label + (" +uvloop" if use == "1" else "")] = wrk(
                 f"http://127.0.0.1:{port}/", args)
@@ -162,6 +186,7 @@ def main() -> None:
                                    "-g", "daemon off;"])
             procs.append(ng)
             wait_port(port)
+            streams["nginx"] = chunk_delays(f"http://127.0.0.1:{port}")
             results["nginx"] = wrk(f"http://127.0.0.1:{port}/", args)
             ng.send_signal(signal.SIGQUIT)
             ng.wait(10)
@@ -179,7 +204,10 @@ def main() -> None:
         print(f"{k:24} {r['rps']:10.0f} {100 * r['rps'] / base['rps']:8.0f}% {r['p50_ms']:8.2f} "
               f"{r['p99_ms']:8.2f} {r['p50_ms'] - base['p50_ms']:8.2f} "
               f"{r['p99_ms'] - base['p99_ms']:8.2f}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else ""))
-    print(json.dumps(results))
+    print("token stream (100 chunks, 10 ms apart), chunk arrival - replica stamp:")
+    for k, v in streams.items():
+        print(f"  {k:28} p50 {v['p50']:.2f} ms  p99 {v['p99']:.2f} ms  ({v['n']:.0f} chunks)")
+    print(json.dumps({"wrk": results, "stream": streams}))
 
 
 if __name__ == "__main__":

@@ -151,3 +151,18 @@ def test_request_rate_autoscaler_waits_out_its_delays() -> None:
 def test_fixed_autoscaler_when_min_equals_max() -> None:
     a = autoscaler_for({"min_replicas": 3, "max_replicas": 3, "target_qps_per_replica": 1}, 0)
     assert a.name == "fixed" and a.decide(0, 1000.0).target == 3
+
+
+def test_instance_aware_least_load_weighs_by_target_qps() -> None:
+    from skyd.serve.policies import Backend, make_policy
+
+    small, big = Backend(1, "http://127.0.0.1:1", 1.0), Backend(2, "http://127.0.0.1:2", 4.0)
+    p = make_policy("instance_aware_least_load")
+    p.set_backends([small, big])
+    picks = Counter()
+    for _ in range(10):  # requests that stay in flight
+        b = p.pick((), None)
+        assert b is not None
+        b.inflight += 1
+        picks[b.replica_id] += 1
+    assert picks == {1: 2, 2: 8}

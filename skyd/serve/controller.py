@@ -55,6 +55,7 @@ class ServiceController:
         self.name = name
         self.busy: set[int] = set()
         self.scopes: dict[int, anyio.CancelScope] = {}
+        self.weights: dict[int, float] = {}  # instance_aware_least_load: the replica's target qps
         self.wake = anyio.Event()
         self.done = anyio.Event()
         self.lb: LoadBalancer | None = None
@@ -158,11 +159,33 @@ class ServiceController:
         else:
             status, reason = st.NO_REPLICA, None
         why = reason or ("no replica is ready yet" if alive else "the service has no replica")
-        self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready], why)
+        for r in ready:
+            if int(r["replica_id"]) not in self.weights:
+                self.weights[int(r["replica_id"])] = await self._weight(spec["service"], r)
+        self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]),
+                               self.weights[int(r["replica_id"])]) for r in ready], why)
         if status != svc["status"] or reason != svc["status_reason"]:
             await self.db.set_service_status(self.name, status, reason)
             self.log(f"service {status}" + (f": {reason}" if reason else ""))
             self.m.publish(self.name)
+
+    async def _weight(self, service: dict[str, Any], r: dict[str, Any]) -> float:
+        """The replica's target_qps_per_replica for its accelerator (a mapping like
+        {"A100:1": 10, "T4": 2}); 1.0 without one."""
+        tq = (service.get("replica_policy") or {}).get("target_qps_per_replica")
+        if not isinstance(tq, dict):
+            return 1.0
+        from skyd.pipeline import clusters_db as cdb
+
+        row = await cdb.get_cluster(self.m.store, str(r["cluster"]))
+        handle = cdb.handle_of(row) if row else None
+        accs = handle.accelerators if handle is not None else {}
+        for key, qps in tq.items():
+            name, _, count = str(key).partition(":")
+            for acc, n in accs.items():
+                if acc.lower() == name.lower() and (not count or float(count) == float(n)):
+                    return max(0.001, float(qps))
+        return 1.0
 
     def _configure_lb(self, service: dict[str, Any]) -> None:
         """After `serve update`: the new version's policy and affinity settings."""

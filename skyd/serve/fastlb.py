@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections import deque
 from typing import Any, cast
 
@@ -34,6 +35,10 @@ HOP = frozenset({
     b"trailer", b"upgrade", b"proxy-connection", b"x-forwarded-for",
 })  # fmt: skip
 POOL_MAX = 256  # idle upstream connections kept per replica
+# An idle upstream connection older than this is not reused: servers close idle
+# keep-alive connections (uvicorn after 5 s), and a request written into one that is
+# closing could not be retried (bytes went upstream).
+POOL_IDLE_S = 4.0
 
 
 def _simple(status: int, text: str, *, close: bool = False) -> bytes:
@@ -82,6 +87,7 @@ class _Upstream(asyncio.Protocol):
         self.keep_alive = True
         self.closed = False
         self.got_bytes = False
+        self.idle_since = 0.0
 
     # protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -162,6 +168,9 @@ class _Pool:
         self.idle: deque[_Upstream] = deque()
 
     def take(self) -> _Upstream | None:
+        now = time.monotonic()
+        while self.idle and now - self.idle[0].idle_since > POOL_IDLE_S:
+            self.idle.popleft().close()
         while self.idle:
             u = self.idle.pop()
             if not u.closed and u.transport is not None and not u.transport.is_closing():
@@ -179,6 +188,7 @@ class _Pool:
                 self.backend.replica_id) is not self:
             u.close()
             return
+        u.idle_since = time.monotonic()
         self.idle.append(u)
 
     def discard(self, u: _Upstream) -> None:
@@ -441,8 +451,6 @@ class FastLoadBalancer(LoadBalancer):
         return p
 
     def count(self) -> None:
-        import time
-
         self.total += 1
         self._times.append(time.monotonic())
         if len(self._times) > 1_000_000:

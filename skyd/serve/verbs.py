@@ -187,6 +187,16 @@ async def service_logs(ctx: ReadContext, request: web.Request) -> Any:
                 yield {"text": text}
             yield {"text": ""}
             return
+        from skyd.serve import status as st
+
+        if row["status"] in st.FINAL:  # its cluster is gone: the log kept at teardown
+            from skyd.jobs.pipeline_ops import saved_log
+
+            async for text in _read_chunks(saved_log(str(row["cluster"]))):
+                yield {"text": text}
+            yield {"text": f"replica {row['replica_id']} {row['status']}: "
+                           f"{row['status_reason'] or ''}\n"}
+            return
         if row["job_id"] is None:
             yield {"text": f"replica {row['replica_id']} is {row['status']}: no program yet\n"}
             return
