@@ -166,3 +166,15 @@ def test_instance_aware_least_load_weighs_by_target_qps() -> None:
         b.inflight += 1
         picks[b.replica_id] += 1
     assert picks == {1: 2, 2: 8}
+
+
+@pytest.mark.parametrize("cls", IMPLS)
+async def test_port_taken_raises_oserror_to_the_starter(cls: type[LoadBalancer]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        lb = cls("t", host="127.0.0.1", port=s.getsockname()[1], policy="round_robin")
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(OSError):
+                await tg.start(lb.serve)
+            tg.cancel_scope.cancel()  # the group itself is unharmed

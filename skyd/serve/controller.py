@@ -101,8 +101,7 @@ class ServiceController:
             if svc["status"] != st.SHUTTING_DOWN:
                 ready = [r for r in await self.db.replicas(self.name) if r["status"] == st.READY]
                 self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
-                await tg.start(self.lb.serve)
-                self.log(f"load balancer on {svc['endpoint']}")
+                await self._listen(tg, svc)
             while True:
                 svc = await self.db.get_service(self.name)
                 if svc is None:
@@ -115,6 +114,27 @@ class ServiceController:
                 with anyio.move_on_after(self._interval(svc)):
                     await self.wake.wait()
             tg.cancel_scope.cancel()
+
+    async def _listen(self, tg: Any, svc: dict[str, Any]) -> None:
+        """Open the load balancer's port; while something else holds it (after a restart),
+        the service is FAILED with that reason and the controller tries again."""
+        assert self.lb is not None
+        while True:
+            try:
+                await tg.start(self.lb.serve)
+            except OSError as e:
+                why = f"load balancer port {self.lb.port}: {e.strerror or e}"
+                if svc["status_reason"] != why:
+                    self.log(why)
+                    await self.db.set_service_status(self.name, st.FAILED, why)
+                    svc = {**svc, "status_reason": why}
+                await anyio.sleep(5)
+                cur = await self.db.get_service(self.name)
+                if cur is None or cur["status"] == st.SHUTTING_DOWN:
+                    return
+                continue
+            self.log(f"load balancer on {svc['endpoint']}")
+            return
 
     def _interval(self, svc: dict[str, Any]) -> float:
         probe = svc["spec"]["service"].get("readiness_probe") or {}
