@@ -288,3 +288,31 @@ def test_load_spike_upscales_after_the_delay_and_idle_downscales(skyd_home: Path
         log = cli("serve", "logs", "as", "--no-follow").stdout
         assert "upscale 1 -> 2" in log and "downscale 2 -> 1" in log
         assert cli("serve", "down", "as").returncode == 0
+
+
+def test_preempted_spot_replica_is_replaced(skyd_home: Path, tmp_path: Path) -> None:
+    import anyio
+
+    from tests.fakes import preemptible
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    f = tmp_path / "spot.yaml"
+    f.write_text("name: spot\nresources:\n  infra: fakecloud\n  use_spot: true\n"
+                 f"service:\n{PROBE}  replicas: 1\n  ports: {port}\n"
+                 f"run: exec {sys.executable} {APP}\n")
+    with running_daemon(SKYD_EXTRA_PLUGINS="tests.fakes.preemptible"):
+        out = _up(f)
+        first = _ready("spot", 1)["replicas"][0]
+        assert first["cloud"] == "fakecloud" and first["port"] == port
+        assert anyio.run(preemptible.PreemptibleProvisioner().preempt, first["cluster"]) > 0
+
+        def replaced() -> dict[str, Any] | None:
+            s = _svc("spot")
+            st = {r["replica_id"]: r["status"] for r in s["replicas"]}
+            return s if st == {1: "PREEMPTED", 2: "READY"} else None
+
+        wait_for(replaced, timeout=90, interval=0.3)
+        assert _get(out["endpoint"] + "/") == (200, "replica 2")
+        assert cli("serve", "down", "spot").returncode == 0
