@@ -30,6 +30,16 @@ def daemon(skyd_home: Path) -> Iterator[Any]:
         cli("serve", "down", "-a")
 
 
+@pytest.fixture
+def leave_nothing(skyd_home: Path) -> Iterator[None]:
+    """For tests that run their own daemons: a failing one still takes its services down."""
+    yield
+    local = skyd_home / "local"
+    if local.exists() and list(local.glob("sv-*")):
+        with running_daemon(SKYD_EXTRA_PLUGINS="tests.fakes.preemptible"):
+            cli("serve", "down", "-a")
+
+
 def _yaml(tmp_path: Path, name: str, service: str, envs: str = "") -> Path:
     f = tmp_path / f"{name}.yaml"
     f.write_text(
@@ -161,7 +171,8 @@ def test_killed_replica_is_replaced(daemon: Any, tmp_path: Path) -> None:
                                                                            "replica 3": 5}
 
 
-def test_daemon_kill9_then_ready_again_with_the_same_replicas(skyd_home: Path, tmp_path: Path) -> None:
+def test_daemon_kill9_then_ready_again_with_the_same_replicas(skyd_home: Path, tmp_path: Path,
+        leave_nothing: None) -> None:
     with running_daemon() as d:
         out = _up(_yaml(tmp_path, "k9", PROBE + "  replicas: 2\n"))
         before = _ready("k9", 2)
@@ -258,8 +269,8 @@ def test_rolling_update_under_steady_load_fails_no_request(daemon: Any, tmp_path
     assert {"replica 1", "replica 2"} & {b for _, b in results}
 
 
-def test_load_spike_upscales_after_the_delay_and_idle_downscales(skyd_home: Path,
-                                                                  tmp_path: Path) -> None:
+def test_load_spike_upscales_after_the_delay_and_idle_downscales(
+        skyd_home: Path, tmp_path: Path, leave_nothing: None) -> None:
     import threading
 
     policy = ("  replica_policy:\n    min_replicas: 1\n    max_replicas: 2\n"
@@ -290,7 +301,8 @@ def test_load_spike_upscales_after_the_delay_and_idle_downscales(skyd_home: Path
         assert cli("serve", "down", "as").returncode == 0
 
 
-def test_preempted_spot_replica_is_replaced(skyd_home: Path, tmp_path: Path) -> None:
+def test_preempted_spot_replica_is_replaced(skyd_home: Path, tmp_path: Path,
+        leave_nothing: None) -> None:
     import anyio
 
     from tests.fakes import preemptible
