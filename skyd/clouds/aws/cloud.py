@@ -11,7 +11,7 @@ from skyd.clouds.base import Cloud
 from skyd.clouds.offering import Offering
 from skyd.errors import InvalidSpecError
 
-INSTALL_HINT = "pip install 'skyd[aws]' (aiobotocore)"
+INSTALL_HINT = "pip install aiobotocore (a dependency of skyd; this install lacks it)"
 
 
 @functools.lru_cache(maxsize=1)
