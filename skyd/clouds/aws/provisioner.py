@@ -52,19 +52,9 @@ def _is_botocore(exc: BaseException) -> bool:
 
 def _config() -> dict[str, Any]:
     """The ``aws:`` section of $SKYD_CONFIG_DIR/config.yaml (placement_group: true)."""
-    from skyd import paths
+    from skyd.clouds.settings import section
 
-    path = paths.config_dir() / "config.yaml"
-    if not path.exists():
-        return {}
-    import yaml
-
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    sec = doc.get("aws") if isinstance(doc, dict) else None
-    return dict(sec) if isinstance(sec, dict) else {}
+    return section("aws")
 
 
 class AWSProvisioner(Provisioner):

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyd import paths
-
 DEFAULT_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 DEFAULT_IMAGE_AMD = "rocm/dev-ubuntu-22.04:6.2"
 DEFAULT_IMAGE_CPU = "python:3.11-slim"
@@ -37,17 +35,9 @@ def kubeconfig_path() -> Path:
 
 def settings() -> dict[str, Any]:
     """The ``kubernetes:`` section of skyd's config.yaml (empty when absent)."""
-    p = paths.config_dir() / "config.yaml"
-    if not p.exists():
-        return {}
-    import yaml
+    from skyd.clouds.settings import section
 
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    sec = doc.get("kubernetes") if isinstance(doc, dict) else None
-    return dict(sec) if isinstance(sec, dict) else {}
+    return section("kubernetes")
 
 
 @dataclass(frozen=True)

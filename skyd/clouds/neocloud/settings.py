@@ -7,21 +7,9 @@ import os
 from typing import Any
 
 from skyd import paths
+from skyd.clouds.settings import section
 
-
-def section(provider: str) -> dict[str, Any]:
-    """The ``<provider>:`` section of ``$SKYD_CONFIG_DIR/config.yaml`` (empty when absent)."""
-    p = paths.config_dir() / "config.yaml"
-    if not p.exists():
-        return {}
-    import yaml
-
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    sec = doc.get(provider) if isinstance(doc, dict) else None
-    return dict(sec) if isinstance(sec, dict) else {}
+__all__ = ["find_key", "section"]
 
 
 def find_key(env: str, conf: dict[str, Any], key: str = "api_key") -> tuple[str | None, str]:
