@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,10 @@ class LocalProvisioner(Provisioner):
         site = self._site(handle, rank)
         return await self.transport(handle.nodes[rank]).agent_endpoint(site.address())
 
+    async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
+        """Nodes are processes on this machine: a port they listen on is already open here
+        (no firewall is managed)."""
+
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
         nd = Path(handle.nodes[rank].node_dir)
@@ -411,7 +416,7 @@ def _agents_on(node_dir: Path) -> list[int]:
 
 class LocalCloud(Cloud):
     name = LOCAL
-    unsupported = frozenset({"bucket_mounts", "spot", "ports"})
+    unsupported = frozenset({"bucket_mounts", "spot"})
     check_ttl_s = 0.0  # nothing to probe
 
     def __init__(self) -> None:
