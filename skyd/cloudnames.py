@@ -19,6 +19,7 @@ PROVIDERS: dict[str, str] = {
     "local": "skyd.clouds.local:LocalCloud",
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
+    "slurm": "skyd.clouds.slurm.cloud:SlurmCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

@@ -1,0 +1,61 @@
+"""The batch script of a skyd allocation and the per-node agent wrapper (bash, run by Slurm).
+
+Layout on the cluster's shared file system (the login user's home):
+  ~/.skyd/agent-<sha>.pyz            the agent zipapp (shared with ``ssh`` pools' layout)
+  ~/.skyd/slurm/<tag>/               job.sh, node.sh, token (0600), slurm-<jobid>.out
+  ~/.skyd/nodes/<tag>-<rank>/        the agent's --home on node <rank> (SLURM_NODEID)
+"""
+
+from __future__ import annotations
+
+import shlex
+
+q = shlex.quote
+
+
+def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str, accelerator: str | None = None) -> str:
+    """Run on every allocated node by the job's srun step: the agent, in the foreground (so
+    Slurm's process tracking sees it and everything it starts). The agent schedules on what
+    Slurm allocated on the node: ``$SLURM_CPUS_ON_NODE`` CPUs and ``$SLURM_GPUS_ON_NODE`` GPUs
+    of ``accelerator`` (devices renumbered 0..n-1 as the job sees them)."""
+    gpus = ""
+    if accelerator:
+        gpus = f'[ -n "${{SLURM_GPUS_ON_NODE:-}}" ] && res+=(--gpus {q(accelerator)}:"$SLURM_GPUS_ON_NODE")\n'
+
+    return f"""#!/bin/bash
+set -e
+nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
+mkdir -p "$nd" && chmod 700 {q(base)} "$nd"
+addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+[ -n "$addr" ] || addr=$(hostname)
+cp {q(base)}/slurm/{q(tag)}/token "$nd/token" && chmod 600 "$nd/token"
+echo {q(sha)} > "$nd/agent.sha"
+rm -f "$nd/agent.json" "$nd/stopped.json"
+echo "$SLURMD_NODENAME $addr" > "$nd/slurm-node"
+# Slurm's AMD gres sets ROCR_VISIBLE_DEVICES only: HIP sees the same devices renumbered 0..n-1.
+if [ -n "${{ROCR_VISIBLE_DEVICES:-}}" ] && [ -z "${{HIP_VISIBLE_DEVICES:-}}" ]; then
+  n=$(echo "$ROCR_VISIBLE_DEVICES" | tr ',' '\\n' | grep -c .)
+  export HIP_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))
+fi
+res=()
+[ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
+{gpus}cd "$nd"
+exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" --token-file "$nd/token" \\
+  --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
+"""
+
+
+def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | None,
+               cpus: int | None, options: dict[str, str], jobdir: str) -> str:  # fmt: skip
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={q('skyd-' + tag)}", f"#SBATCH --nodes={num_nodes}",
+             "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={q(jobdir + '/slurm-%j.out')}"]  # fmt: skip
+    if partition:
+        lines.append(f"#SBATCH --partition={q(partition)}")
+    if gres:
+        lines.append(f"#SBATCH --gres={q(gres)}")
+    if cpus and "cpus-per-task" not in options:
+        lines.append(f"#SBATCH --cpus-per-task={int(cpus)}")
+    for k, v in options.items():
+        lines.append(f"#SBATCH --{k}" + (f"={q(v)}" if v != "" else ""))
+    lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0 /bin/bash {q(jobdir + '/node.sh')}")
+    return "\n".join(lines) + "\n"
