@@ -91,3 +91,144 @@ async def _leftovers(fx: SlurmFixture, wait_s: float = 10.0) -> list[str]:
                 return out
             await anyio.sleep(0.2)
     return out
+
+
+async def test_gang_job_over_a_two_node_allocation(cfg: SlurmFixture) -> None:
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "g2", "--infra", "slurm/loop/gpu", "--num-nodes", "2",
+                      "echo rank=$SKYPILOT_NODE_RANK of=$SKYPILOT_NUM_NODES node=$SLURMD_NODENAME",
+                      timeout=180)  # fmt: skip
+        assert r.returncode == 0, r
+        assert "rank=0 of=2" in r.stdout and "rank=1 of=2" in r.stdout, r
+        nodes = {ln.split("node=")[1].strip() for ln in r.stdout.splitlines() if "node=" in ln}
+        assert nodes == {"sn1", "sn2"}, r  # one agent per allocated node
+        r = await cli("down", "-y", "g2", timeout=120)
+        assert r.returncode == 0, r
+    assert cfg.squeue() == []
+    assert await _leftovers(cfg) == []
+
+
+async def test_impossible_request_fails_at_once_with_the_reason_and_fails_over(
+    cfg: SlurmFixture, skyd_home: Path
+) -> None:
+    conf = skyd_home.parent / "config"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "config.yaml").write_text("slurm:\n  sbatch_options:\n    mem: 999999\n")  # no node has it
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "big", "--infra", "slurm/loop", "echo never", timeout=120)
+        assert r.returncode != 0, r
+        out = r.stdout + r.stderr
+        assert "Requested node configuration is not available" in out, r  # refused at sbatch
+        assert "gpu" in out and "cpu" in out, r  # both partitions were tried
+        (conf / "config.yaml").write_text("slurm:\n  sbatch_options:\n    job-name: mine\n")
+        r = await cli("launch", "-y", "-c", "big", "--infra", "slurm/loop", "echo never", timeout=120)
+        assert r.returncode != 0 and "'job-name' is set by skyd" in r.stdout + r.stderr, r
+        (conf / "config.yaml").unlink()
+        # accepted by sbatch, but more nodes than the partition has: fails at once, not pending
+        r = await cli("launch", "-y", "-c", "big", "--infra", "slurm/loop/gpu", "--num-nodes", "3",
+                      "echo never", timeout=120)  # fmt: skip
+        assert r.returncode != 0 and "can never start: Partition" in r.stdout + r.stderr, r
+        r = await cli("status", "-o", "json")
+        assert all(row["name"] != "big" for row in _rows(r.json())), r
+    assert cfg.squeue() == []
+
+
+async def test_pending_allocation_shows_the_scheduler_reason(cfg: SlurmFixture) -> None:
+    import anyio
+
+    from tests.test_daemon_support import SKYD_BIN
+
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "hog", "--infra", "slurm/loop/gpu", "--num-nodes", "2",
+                      "--gpus", "MI300X:2", "echo hogging", timeout=180)  # fmt: skip
+        assert r.returncode == 0, r
+        seen: list[str] = []
+        async with await anyio.open_process(
+            [str(SKYD_BIN), "launch", "-y", "-c", "waits", "--infra", "slurm/loop/gpu", "--gpus", "MI300X:1",
+             "echo finally-ran"], env=dict(os.environ),
+        ) as p:  # fmt: skip
+            assert p.stdout is not None
+            with anyio.fail_after(60):
+                buf = b""
+                while b"PENDING: Resources" not in buf:
+                    buf += await p.stdout.receive()
+            seen.append(buf.decode())
+            assert "PENDING: Resources" in seen[0], seen
+            r = await cli("status", "-o", "json")
+            row = next(x for x in _rows(r.json()) if x["name"] == "waits")
+            assert "Resources" in str(row), row
+            assert any(" PENDING Resources" in ln for ln in cfg.squeue()), cfg.squeue()
+            r = await cli("down", "-y", "hog", timeout=120)  # frees the GPUs: the pending one starts
+            assert r.returncode == 0, r
+            with anyio.fail_after(120):
+                rest = b""
+                try:
+                    while b"finally-ran" not in rest:
+                        rest += await p.stdout.receive()
+                except anyio.EndOfStream:
+                    pass
+            assert b"finally-ran" in rest, rest
+            await p.wait()
+        r = await cli("down", "-y", "waits", timeout=120)
+        assert r.returncode == 0, r
+    assert cfg.squeue() == []
+
+
+async def test_scancel_from_outside_is_a_preemption_and_the_managed_job_recovers(
+    cfg: SlurmFixture, tmp_path: Path
+) -> None:
+    import json
+
+    import anyio
+
+    mark = cfg.home / "preempt-mark"
+    f = tmp_path / "mj.yaml"
+    f.write_text("name: mj\nresources:\n  infra: slurm/loop/gpu\n"
+                 f"run: |\n  if [ -f {mark} ]; then echo second-run; exit 0; fi\n"
+                 f"  touch {mark}; echo first-run; sleep 600\n")  # fmt: skip
+    try:
+        async with daemon(SKYD_JOBS_POLL="0.5", SKYD_JOBS_BACKOFF="0.5"):
+            r = await cli("jobs", "launch", "-d", "-o", "json", str(f), timeout=60)
+            assert r.returncode == 0, r
+            jid = int(json.loads(r.stdout)["job_id"])
+
+            async def job() -> dict[str, object]:
+                r = await cli("jobs", "queue", "-o", "json")
+                rows = r.json()
+                rows = rows.get("jobs", rows) if isinstance(rows, dict) else rows
+                return next(j for j in rows if int(j.get("job_id", j.get("id", -1))) == jid)
+
+            seen: list[str] = []
+
+            async def watch(until: set[str], timeout: float) -> None:
+                with anyio.fail_after(timeout):
+                    while True:
+                        s = str((await job())["status"])
+                        if not seen or seen[-1] != s:
+                            seen.append(s)
+                        if s in until:
+                            return
+                        await anyio.sleep(0.3)
+
+            await watch({"RUNNING"}, 180)
+            with anyio.fail_after(30):
+                while not mark.exists():
+                    await anyio.sleep(0.2)
+            (first,) = cfg.squeue()
+            cfg.cmd("scancel", first.split()[0])  # the "scheduler" takes the allocation away
+            await watch({"SUCCEEDED", "FAILED", "FAILED_NO_RESOURCE", "CANCELLED"}, 240)
+            assert "RECOVERING" in seen and seen[-1] == "SUCCEEDED", seen
+            r = await cli("jobs", "logs", str(jid), "--no-follow")
+            assert "second-run" in r.stdout, r
+            with anyio.fail_after(60):
+                while cfg.squeue():
+                    await anyio.sleep(0.5)
+    finally:
+        mark.unlink(missing_ok=True)
+    assert await _leftovers(cfg) == []
+
+
+def _rows(doc: object) -> list[dict[str, object]]:
+    if isinstance(doc, dict) and "clusters" in doc:
+        return list(doc["clusters"])
+    return list(doc)  # type: ignore[call-overload]

@@ -131,6 +131,15 @@ PREEMPTED_STATES = frozenset({"PREEMPTED", "TIMEOUT", "NODE_FAIL", "CANCELLED", 
                               "DEADLINE", "OUT_OF_MEMORY", "FAILED", "REVOKED"})  # fmt: skip
 
 
+# Pending reasons that never clear by waiting: the request does not fit the partition's limits.
+IMPOSSIBLE_REASONS = frozenset({
+    "PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadConstraints", "InvalidQOS",
+    "InvalidAccount", "QOSMaxNodePerJobLimit", "QOSMaxGRESPerJob", "QOSMaxCpuPerJobLimit",
+    "QOSMaxWallDurationPerJobLimit", "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit",
+    "AssocMaxGRESPerJob", "AssocMaxCpuPerJobLimit", "QOSMinGRES", "MaxMemPerLimit",
+})  # fmt: skip
+
+
 def job_node_state(job_state: str | None) -> str:
     if job_state is None:
         return NODE_PREEMPTED  # the controller forgot it: it ended while we held it

@@ -16,6 +16,7 @@ import json
 import posixpath
 import secrets
 import shlex
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ class SlurmProvisioner(Provisioner):
         else:
             job_id = found[0]
             log(f"Found Slurm allocation {job_id} of {tag!r} on {cl.name}")
-        await self._wait_running(t, tag, job_id, log)
+        await self._wait_running(t, tag, job_id, log, req.on_status)
         nodes = await self._wait_agents(t, cl, base, tag, job_id, req.num_nodes, sha)
         for nh in nodes:
             log(f"Node {nh.rank} ({nh.extra['slurm_node']}): agent up on {nh.internal_ip}:{nh.agent_port}")
@@ -181,7 +182,8 @@ class SlurmProvisioner(Provisioner):
             extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base}, tag=tag,
         )
 
-    async def _wait_running(self, t: SSHTransport, tag: str, job_id: str, log: LogFn) -> None:
+    async def _wait_running(self, t: SSHTransport, tag: str, job_id: str, log: LogFn,
+                            on_status: Callable[[str], Awaitable[None]] | None = None) -> None:  # fmt: skip
         last = ""
         try:
             while True:
@@ -193,9 +195,18 @@ class SlurmProvisioner(Provisioner):
                     raise ResourcesUnavailableError(
                         f"Slurm allocation {job_id} ended before it ran ({state or 'gone'} {reason})".strip(),
                         scope="zone", provider_message=f"{state} {reason}".strip())
+                if reason in parse.IMPOSSIBLE_REASONS:
+                    with anyio.CancelScope(shield=True):
+                        await self._scancel(t, tag, job_id)
+                    raise ResourcesUnavailableError(
+                        f"Slurm allocation {job_id} can never start: {reason}", scope="zone",
+                        provider_message=f"PENDING {reason}",
+                        hint="ask for fewer nodes/GPUs or a shorter time, or another partition")
                 if reason != last:
                     log(f"Slurm allocation {job_id} is {state}: {reason}")
                     self.pending_reasons[tag] = f"{state} ({reason})"
+                    if on_status is not None:
+                        await on_status(f"Slurm allocation {job_id} {state}: {reason}")
                     last = reason
                 await anyio.sleep(POLL_S)
         finally:
@@ -266,14 +277,14 @@ class SlurmProvisioner(Provisioner):
         if parse.job_node_state(state) == NODE_RUNNING:
             for node in handle.nodes:
                 await agent_deploy.request_exit(t, _site(node, handle.cluster_name), handle.token, timeout=10)
-            script = agent_scripts.TERMINATE if remove else agent_scripts.STOP
-            base, tag, sha = str(handle.extra.get("base")), handle.cluster_tag, str(handle.head.extra.get("sha", ""))
+            script = scripts.KILL_NODE if remove else agent_scripts.STOP
+            base, tag = str(handle.extra.get("base")), handle.cluster_tag
             # on every node: kill the agent's session and what it started (linuxproc misses
             # processes that daemonized), then (down) remove the node dir
             step = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(handle.nodes)}",
                     "--ntasks-per-node=1", "--export=ALL", "/bin/bash", "-c",
-                    'exec python3 -c "$1" "$2/nodes/$3-$SLURM_NODEID" "$2" "$4"', "_",
-                    script, base, tag, sha]  # fmt: skip
+                    'exec python3 -c "$1" "$2/nodes/$3-$SLURM_NODEID" "$2"', "_",
+                    script, base, tag]  # fmt: skip
             with anyio.move_on_after(60):
                 await t.run(step, timeout=60)
         await self._scancel(t, handle.cluster_tag, job_id)
@@ -294,7 +305,7 @@ class SlurmProvisioner(Provisioner):
             return
         for r in range(n):
             nd = posixpath.join(base, "nodes", f"{tag}-{r}")
-            await t.run([t.python, "-c", agent_scripts.TERMINATE, nd, base, ""], idempotent=True, timeout=60)
+            await t.run([t.python, "-c", scripts.KILL_NODE, nd, base, "rm"], idempotent=True, timeout=60)
         from skyd.fsutil import check_dest
 
         check_dest(tag)

@@ -10,7 +10,34 @@ from __future__ import annotations
 
 import shlex
 
+from skyd.fsutil import REMOTE_SRC
+from skyd.transports import agent_scripts
+
 q = shlex.quote
+
+# argv: node_dir base [kill|rm] -> (kill: on the node itself) stop the agent and everything in
+# its session; then remove the node dir (only inside base/nodes). "rm" only removes: pids in
+# agent.json belong to the compute node, not to the login host it runs on. Zipapps stay:
+# another allocation may be about to start from one.
+KILL_NODE = agent_scripts._COMMON + REMOTE_SRC + r"""
+nd, base = sys.argv[1:3]
+mode = sys.argv[3] if len(sys.argv) > 3 else "kill"
+try:
+    confined_target(nd, os.path.join(base, "nodes"))
+except ValueError as e:
+    sys.stderr.write("skyd: %s\n" % e)
+    sys.exit(4)
+pid = running_pid(nd) if mode == "kill" else 0
+if pid:
+    stop(nd, grace=5.0)
+    for p in session_pids(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+safe_rmtree(nd, os.path.join(base, "nodes"))
+print("removed")
+"""
 
 
 def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str, accelerator: str | None = None) -> str:
