@@ -232,3 +232,19 @@ def _rows(doc: object) -> list[dict[str, object]]:
     if isinstance(doc, dict) and "clusters" in doc:
         return list(doc["clusters"])
     return list(doc)  # type: ignore[call-overload]
+
+
+async def test_check_and_show_gpus_read_the_cluster(cfg: SlurmFixture) -> None:
+    import json
+
+    r = await cli("show-gpus", "--infra", "slurm", "-o", "json", timeout=60)
+    assert r.returncode == 0, r
+    rows = {(x["cluster"], x["partition"]): x for x in json.loads(r.stdout)}
+    assert rows[("loop", "gpu")]["accelerator"] == "MI300X", rows  # gres gpu:mi300x -> canonical
+    assert (rows[("loop", "gpu")]["total"], rows[("loop", "gpu")]["free"]) == (4, 4), rows
+    assert (rows[("loop", "cpu")]["total"], rows[("loop", "cpu")]["per_node"]) == (2, 2), rows
+    async with daemon():
+        r = await cli("check", timeout=60)
+        assert r.returncode == 0, r
+        assert "1/1 Slurm cluster(s) reachable" in r.stdout, r
+        assert "mi300x:2/node -> MI300X" in r.stdout, r
