@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.fakes.slurm import SlurmFixture, unavailable_reason
@@ -47,6 +48,7 @@ def cfg(slurm: SlurmFixture, skyd_home: Path, monkeypatch: pytest.MonkeyPatch) -
     left = slurm.squeue()
     slurm.cancel_all()
     assert left == [], f"left in squeue: {left}"
+    assert anyio.run(_leftovers, slurm) == [], "processes of the test user left"
 
 
 async def test_launch_exec_queue_logs_down(cfg: SlurmFixture) -> None:
@@ -248,3 +250,25 @@ async def test_check_and_show_gpus_read_the_cluster(cfg: SlurmFixture) -> None:
         assert r.returncode == 0, r
         assert "1/1 Slurm cluster(s) reachable" in r.stdout, r
         assert "mi300x:2/node -> MI300X" in r.stdout, r
+
+
+async def test_stop_gives_the_allocation_back_and_start_takes_a_new_one(cfg: SlurmFixture) -> None:
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "st", "--infra", "slurm/loop/cpu", "echo one > kept.txt",
+                      timeout=180)  # fmt: skip
+        assert r.returncode == 0, r
+        (before,) = cfg.squeue()
+        r = await cli("stop", "-y", "st", timeout=120)
+        assert r.returncode == 0, r
+        assert cfg.squeue() == []
+        r = await cli("status", "-r", "-o", "json")
+        assert cluster_row(r.json(), "st")["status"] == "STOPPED", r
+        r = await cli("start", "-y", "st", timeout=180)
+        assert r.returncode == 0, r
+        (after,) = cfg.squeue()
+        assert after.split()[0] != before.split()[0]  # a new allocation
+        r = await cli("exec", "st", "cat kept.txt")  # the node dir survived on the shared home
+        assert r.returncode == 0 and "one" in r.stdout, r
+        r = await cli("down", "-y", "st", timeout=120)
+        assert r.returncode == 0, r
+    assert cfg.squeue() == []

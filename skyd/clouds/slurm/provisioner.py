@@ -258,8 +258,11 @@ class SlurmProvisioner(Provisioner):
         except (SkydError, OSError):
             return [NODE_UNKNOWN] * len(handle.nodes)
         ns = parse.job_node_state(state)
-        if ns == NODE_TERMINATED or (ns == NODE_PREEMPTED and handle.extra.get("stopped")):
-            ns = NODE_STOPPED if handle.extra.get("stopped") else NODE_PREEMPTED
+        if ns in (NODE_TERMINATED, NODE_PREEMPTED):
+            # stopped on purpose (`stop`, autostop): the agents wrote stopped.json and exited
+            res = await t.run(["test", "-f", posixpath.join(handle.head.node_dir, "stopped.json")],
+                              idempotent=True, timeout=30)  # fmt: skip
+            ns = NODE_STOPPED if res.exit_status == 0 else NODE_PREEMPTED
         if ns != NODE_RUNNING:
             return [ns] * len(handle.nodes)
         out = [NODE_UNKNOWN] * len(handle.nodes)
@@ -316,7 +319,6 @@ class SlurmProvisioner(Provisioner):
         file system for ``start``."""
         t = self._t(handle.head.ssh or {})
         await self._release(t, handle, log, remove=False)
-        handle.extra["stopped"] = True
 
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         from skyd.clouds.offering import Offering
@@ -328,9 +330,7 @@ class SlurmProvisioner(Provisioner):
                        region=handle.region or "", zone=handle.zone, price=0.0, spot_price=None)  # fmt: skip
         req = ProvisionRequest(handle.cluster_name, handle.num_nodes, off, False, token=handle.token,
                                tag=handle.cluster_tag)  # fmt: skip
-        new = await self.provision(req, log)
-        new.extra.pop("stopped", None)
-        return new
+        return await self.provision(req, log)
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         t = self._t(handle.head.ssh or {}) if handle.nodes else self.transport(
