@@ -272,3 +272,48 @@ async def test_stop_gives_the_allocation_back_and_start_takes_a_new_one(cfg: Slu
         r = await cli("down", "-y", "st", timeout=120)
         assert r.returncode == 0, r
     assert cfg.squeue() == []
+
+
+async def test_daemon_killed_while_pending_leaves_no_second_allocation(cfg: SlurmFixture) -> None:
+    """kill -9 while the allocation is PENDING: after a restart the job carrying the cluster's
+    tag is taken over or cancelled, never doubled, and `down` leaves nothing."""
+    from tests.test_daemon_support import SKYD_BIN
+
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "hog2", "--infra", "slurm/loop/gpu", "--num-nodes", "2",
+                      "--gpus", "MI300X:2", "echo hogging", timeout=180)  # fmt: skip
+        assert r.returncode == 0, r
+    async with daemon() as d:
+        async with await anyio.open_process(
+            [str(SKYD_BIN), "launch", "-y", "-c", "w2", "--infra", "slurm/loop/gpu", "--gpus", "MI300X:1",
+             "echo w2-ran"], env=dict(os.environ),
+        ) as p:  # fmt: skip
+            assert p.stdout is not None
+            with anyio.fail_after(60):
+                buf = b""
+                while b"PENDING: Resources" not in buf:
+                    buf += await p.stdout.receive()
+            await anyio.to_thread.run_sync(d.kill9)
+            p.kill()
+    assert sum("skyd-w2-" in ln for ln in cfg.squeue()) == 1
+    async with daemon():
+        with anyio.fail_after(60):  # the leak pass / resumed launch settles the half-made cluster
+            while True:
+                w2 = [ln for ln in cfg.squeue() if "skyd-w2-" in ln]
+                assert len(w2) <= 1, w2
+                r = await cli("status", "-o", "json")
+                rows = [x for x in _rows(r.json()) if x["name"] == "w2"]
+                if not w2 or rows:
+                    break
+                await anyio.sleep(0.5)
+        r = await cli("down", "-y", "hog2", timeout=120)
+        assert r.returncode == 0, r
+        await anyio.sleep(2)
+        assert sum("skyd-w2-" in ln for ln in cfg.squeue()) <= 1
+        r = await cli("status", "-o", "json")
+        if any(x["name"] == "w2" for x in _rows(r.json())):
+            r = await cli("down", "-y", "w2", timeout=120)
+            assert r.returncode == 0, r
+    with anyio.fail_after(30):
+        while cfg.squeue():
+            await anyio.sleep(0.5)

@@ -303,9 +303,14 @@ class SlurmProvisioner(Provisioner):
             while await self.find_job(t, tag) is not None:
                 await anyio.sleep(POLL_S)
 
-    async def _remove_files(self, t: SSHTransport, base: str, tag: str, n: int) -> None:
+    async def _remove_files(self, t: SSHTransport, base: str, tag: str, n: int | None) -> None:
+        """Remove the node dirs of ``tag`` (ranks 0..n-1; None: whichever exist) and its job dir."""
         if not base:
             return
+        if n is None:
+            res = await t.run(["ls", "-1", posixpath.join(base, "nodes")], idempotent=True, timeout=30)
+            ranks = [d[len(tag) + 1:] for d in res.stdout.split() if d.startswith(tag + "-")]
+            n = 1 + max((int(r) for r in ranks if r.isdigit()), default=-1)
         for r in range(n):
             nd = posixpath.join(base, "nodes", f"{tag}-{r}")
             await t.run([t.python, "-c", scripts.KILL_NODE, nd, base, "rm"], idempotent=True, timeout=60)
@@ -347,7 +352,7 @@ class SlurmProvisioner(Provisioner):
         found = await self.find_job(t, partial.tag)
         await self._scancel(t, partial.tag, found[0] if found else "")
         home = await self._home(t)
-        await self._remove_files(t, posixpath.join(home, ".skyd"), partial.tag, 0)
+        await self._remove_files(t, posixpath.join(home, ".skyd"), partial.tag, None)
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         node = handle.nodes[rank]
