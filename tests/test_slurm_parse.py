@@ -75,3 +75,30 @@ def test_job_states_and_sbatch_refusals() -> None:
     reason, scope = parse.sbatch_error(
         "sbatch: error: Batch job submission failed: Requested node configuration is not available\n")
     assert (reason, scope) == ("Requested node configuration is not available", "zone")
+
+
+@pytest.mark.anyio
+async def test_check_reports_an_unreachable_login_host(skyd_home: object, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from skyd.clouds.slurm.cloud import SlurmCloud
+
+    conf = Path(str(tmp_path)) / "slurm_config"
+    conf.write_text("Host gone\n  HostName 127.0.0.28\n  Port 2259\n  User nobody\n")  # nothing listens
+    cloud = SlurmCloud(config_path=conf)
+    try:
+        ok, why = await cloud.check()
+        assert not ok and "0/1 Slurm cluster(s) reachable" in why and "gone (nobody@127.0.0.28:2259): unreachable" in why
+        assert cloud.dynamic_offerings() == []  # no facts, and no loop to probe on here
+    finally:
+        await cloud.close()
+
+
+@pytest.mark.anyio
+async def test_check_without_config_says_where_it_looked(skyd_home: object, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from skyd.clouds.slurm.cloud import SlurmCloud
+
+    ok, why = await SlurmCloud(config_path=Path(str(tmp_path)) / "none").check()
+    assert not ok and "no Slurm clusters" in why and "none" in why

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from skyd.clouds.slurm.provisioner import SlurmProvisioner
 
 PROBE_TIMEOUT_S = 15.0
+NEGATIVE_TTL_S = 60.0  # an unreachable cluster is not probed again by the planner for this long
 
 
 def facts_path() -> Path:
@@ -83,6 +84,7 @@ class SlurmCloud(Cloud):
     def __init__(self, config_path: Path | None = None) -> None:
         self.config_path = config_path
         self._prov: SlurmProvisioner | None = None
+        self._failed: dict[str, float] = {}  # cluster -> monotonic time of a failed probe
 
     def clusters(self) -> dict[str, SlurmCluster]:
         return load_clusters(self.config_path)
@@ -120,7 +122,9 @@ class SlurmCloud(Cloud):
             except Exception as e:  # noqa: BLE001 - a report, not a crash
                 msg = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
                 reports.append(ClusterReport(cl.name, login, False, f"{cl.name} ({login}): unreachable: {msg}"))
+                self._failed[cl.name] = time.monotonic()
                 return
+            self._failed.pop(cl.name, None)
             desc = ", ".join(
                 p.name + (f" [{p.gres_type}:{p.gpus_per_node}/node -> {p.accelerator}]" if p.gpus_per_node else "")
                 for p in parts)  # fmt: skip
@@ -142,7 +146,8 @@ class SlurmCloud(Cloud):
         except SkydError:
             return []
         facts = load_facts()
-        if any(c not in facts for c in clusters):
+        now = time.monotonic()
+        if any(c not in facts and now - self._failed.get(c, -1e9) > NEGATIVE_TTL_S for c in clusters):
             try:  # from the planner's worker thread: probe on the loop
                 anyio.from_thread.run(self.probe)
             except RuntimeError:
