@@ -317,3 +317,25 @@ async def test_daemon_killed_while_pending_leaves_no_second_allocation(cfg: Slur
     with anyio.fail_after(30):
         while cfg.squeue():
             await anyio.sleep(0.5)
+
+
+async def test_provision_again_by_tag_takes_the_allocation_over(cfg: SlurmFixture, skyd_home: Path) -> None:
+    from skyd.clouds.base import NODE_RUNNING, ProvisionRequest
+    from skyd.clouds.offering import Offering
+    from skyd.clouds.slurm.provisioner import SlurmProvisioner
+
+    prov = SlurmProvisioner()
+    off = Offering(cloud="slurm", instance_type="cpu", accelerator=None, accelerator_count=0.0, vcpus=2,
+                   memory_gib=1, region="loop", zone="cpu", price=0.0, spot_price=None)  # fmt: skip
+    logs: list[str] = []
+    try:
+        h1 = await prov.provision(ProvisionRequest("tk", 1, off, False, token="first-token", tag="tk-1"), logs.append)
+        h2 = await prov.provision(ProvisionRequest("tk", 1, off, False, token="other", tag="tk-1"), logs.append)
+        assert h2.extra["job_id"] == h1.extra["job_id"] and h2.token == "first-token"
+        assert any("Found Slurm allocation" in m for m in logs), logs
+        assert await prov.query(h2) == [NODE_RUNNING]
+        await prov.terminate(h2, logs.append)
+        assert cfg.squeue() == []
+    finally:
+        cfg.cancel_all()
+        await prov.close()

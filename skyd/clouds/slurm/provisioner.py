@@ -151,8 +151,10 @@ class SlurmProvisioner(Provisioner):
                 n = int(off.accelerator_count)
                 gres = f"gpu:{typ}:{n}" if typ else f"gpu:{n}"
             script = scripts.job_script(tag=tag, num_nodes=req.num_nodes, partition=partition, gres=gres,
-                                        cpus=None, options=options, jobdir=jobdir)  # fmt: skip
+                                        cpus=None, options=options, jobdir=jobdir,
+                                        nodes_glob=posixpath.join(base, "nodes", tag + "-"))  # fmt: skip
             await t.write_file(posixpath.join(jobdir, "job.sh"), script.encode(), mode=0o700)
+            await t.run(["rm", "-f", posixpath.join(jobdir, "release")], idempotent=True, timeout=30)
             res = await t.run(["sbatch", "--parsable", posixpath.join(jobdir, "job.sh")], timeout=60)
             if res.exit_status != 0:
                 reason, scope = parse.sbatch_error(res.stderr)
@@ -168,6 +170,9 @@ class SlurmProvisioner(Provisioner):
         else:
             job_id = found[0]
             log(f"Found Slurm allocation {job_id} of {tag!r} on {cl.name}")
+            # its agents check the token the allocation was submitted with
+            res = await t.run(["cat", posixpath.join(jobdir, "token")], idempotent=True, timeout=30)
+            token = res.stdout.strip() or token
         await self._wait_running(t, tag, job_id, log, req.on_status)
         nodes = await self._wait_agents(t, cl, base, tag, job_id, req.num_nodes, sha)
         for nh in nodes:
@@ -290,6 +295,7 @@ class SlurmProvisioner(Provisioner):
                     script, base, tag]  # fmt: skip
             with anyio.move_on_after(60):
                 await t.run(step, timeout=60)
+            await t.run(["touch", posixpath.join(base, "slurm", tag, "release")], idempotent=True, timeout=30)
         await self._scancel(t, handle.cluster_tag, job_id)
         if remove:
             await self._remove_files(t, str(handle.extra.get("base") or ""), handle.cluster_tag, len(handle.nodes))

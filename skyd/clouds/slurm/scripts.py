@@ -73,7 +73,7 @@ exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" --token-file "$nd/token" \
 
 
 def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | None,
-               cpus: int | None, options: dict[str, str], jobdir: str) -> str:  # fmt: skip
+               cpus: int | None, options: dict[str, str], jobdir: str, nodes_glob: str) -> str:  # fmt: skip
     lines = ["#!/bin/bash", f"#SBATCH --job-name={q('skyd-' + tag)}", f"#SBATCH --nodes={num_nodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={q(jobdir + '/slurm-%j.out')}"]  # fmt: skip
     if partition:
@@ -85,4 +85,8 @@ def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | N
     for k, v in options.items():
         lines.append(f"#SBATCH --{k}" + (f"={q(v)}" if v != "" else ""))
     lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0 /bin/bash {q(jobdir + '/node.sh')}")
+    # The agents exited. Unless they stopped on purpose (autostop: stopped.json), keep the
+    # allocation a minute so the daemon's srun --overlap step can still clean every node.
+    lines.append(f"for i in $(seq 60); do [ -e {q(jobdir + '/release')} ] && break; "
+                 f"ls {q(nodes_glob)}*/stopped.json >/dev/null 2>&1 && break; sleep 1; done")
     return "\n".join(lines) + "\n"
