@@ -60,8 +60,12 @@ async def test_launch_exec_queue_logs_down(cfg: SlurmFixture) -> None:
         assert len(cfg.squeue()) == 1
         r = await cli("exec", "s1", "echo again-$SKYPILOT_NODE_RANK")
         assert r.returncode == 0 and "again-0" in r.stdout, r
+        # a process that escapes its job's session (linuxproc cannot see it): down still kills it
+        r = await cli("exec", "s1", "setsid nohup sleep 300 >/dev/null 2>&1 </dev/null & echo spawned")
+        assert r.returncode == 0 and "spawned" in r.stdout, r
         r = await cli("queue", "s1")
         assert r.returncode == 0 and "SUCCEEDED" in r.stdout, r
+        assert any("sleep 300" in x for x in await _leftovers(cfg, wait_s=0)), "the escapee runs"
         r = await cli("logs", "s1", "1", "--no-follow")
         assert r.returncode == 0 and "first-42" in r.stdout, r
         r = await cli("status", "-r", "-o", "json")

@@ -291,8 +291,8 @@ class SlurmProvisioner(Provisioner):
             # processes that daemonized), then (down) remove the node dir
             step = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(handle.nodes)}",
                     "--ntasks-per-node=1", "--export=ALL", "/bin/bash", "-c",
-                    'exec python3 -c "$1" "$2/nodes/$3-$SLURM_NODEID" "$2"', "_",
-                    script, base, tag]  # fmt: skip
+                    'exec python3 -c "$1" "$2/nodes/$3-$SLURM_NODEID" "$2" kill "$4"', "_",
+                    script, base, tag, job_id]  # fmt: skip
             with anyio.move_on_after(60):
                 await t.run(step, timeout=60)
             await t.run(["touch", posixpath.join(base, "slurm", tag, "release")], idempotent=True, timeout=30)

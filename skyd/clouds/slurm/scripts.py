@@ -15,7 +15,7 @@ from skyd.transports import agent_scripts
 
 q = shlex.quote
 
-# argv: node_dir base [kill|rm] -> (kill: on the node itself) stop the agent and everything in
+# argv: node_dir base [kill|rm] [jobid] -> (kill: on the node itself) stop the agent and everything in
 # its session; then remove the node dir (only inside base/nodes). "rm" only removes: pids in
 # agent.json belong to the compute node, not to the login host it runs on. Zipapps stay:
 # another allocation may be about to start from one.
@@ -35,6 +35,34 @@ if pid:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
+job = sys.argv[4] if len(sys.argv) > 4 else ""
+if mode == "kill" and job:
+    # what daemonized out of the agent's and the jobs' sessions still carries the allocation's
+    # SLURM_JOB_ID (linuxproc tracks parents only): everything of this user with it, but us
+    mine, p = set(), os.getpid()
+    while p > 1:
+        mine.add(p)
+        try:
+            with open("/proc/%d/stat" % p) as f:
+                p = int(f.read().rsplit(")", 1)[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    tag = ("SLURM_JOB_ID=%s" % job).encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in mine:
+            continue
+        try:
+            if os.stat("/proc/" + d).st_uid != os.getuid():
+                continue
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if tag in env:
+            try:
+                os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                pass
 safe_rmtree(nd, os.path.join(base, "nodes"))
 print("removed")
 """
