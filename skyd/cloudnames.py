@@ -18,8 +18,16 @@ from collections.abc import Iterator
 PROVIDERS: dict[str, str] = {
     "local": "skyd.clouds.local:LocalCloud",
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
+    "aws": "skyd.clouds.aws.cloud:AWSCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
     "slurm": "skyd.clouds.slurm.cloud:SlurmCloud",
+    "runpod": "skyd.clouds.runpod.cloud:RunPodCloud",
+    "vultr": "skyd.clouds.vultr.cloud:VultrCloud",
+    "hotaisle": "skyd.clouds.hotaisle.cloud:HotAisleCloud",
+    "do": "skyd.clouds.do.cloud:DOCloud",
+    "amddevcloud": "skyd.clouds.do.cloud:AMDDevCloud",
+    "crusoe": "skyd.clouds.crusoe.cloud:CrusoeCloud",
+    "kubernetes": "skyd.clouds.kubernetes.cloud:KubernetesCloud",
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"

@@ -21,6 +21,21 @@ def shared_tmp_untouched() -> Iterator[None]:
     assert after == before, f"/tmp mode changed during the tests: {oct(before)} -> {oct(after)}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def aws_loopback_only() -> Iterator[None]:
+    """The aws provider may reach 127.0.0.0/8 endpoints and hosts only (a moto server and
+    fake SSH hosts), never AWS, instance metadata or a developer's ~/.aws profiles."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKYD_AWS_LOOPBACK_ONLY", "1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/skyd-tests/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/skyd-tests/aws-credentials")
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                  "AWS_ENDPOINT_URL"):
+            mp.delenv(k, raising=False)
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -70,8 +70,8 @@ def test_amd_rows_present_and_catalog_only_marked(bundled: Catalog) -> None:
     assert bundled.by_accelerator("MI355X") and bundled.by_accelerator("MI325X")
     # Catalog clouds without a provider module are catalog-only; the enabled default is
     # the catalog clouds that have one.
-    assert IMPLEMENTED["vultr"] is False
-    assert "vultr" in bundled.clouds and "vultr" not in bundled.enabled
+    assert IMPLEMENTED["oci"] is False and IMPLEMENTED["vultr"] is True and IMPLEMENTED["aws"] is True
+    assert "oci" in bundled.clouds and "oci" not in bundled.enabled
     assert bundled.enabled == {c for c in bundled.clouds if IMPLEMENTED.get(c)}
     assert bundled.with_enabled(["aws"]).enabled == {"aws"}
 

@@ -26,7 +26,8 @@ def test_check_lists_launchable_and_catalog_only_infras(daemon: Any) -> None:
     assert r.returncode == 0, r.stderr
     rows = {row["infra"]: row for row in json.loads(r.stdout)}
     assert rows["local"]["launch"] and rows["local"]["plan"]
-    assert not rows["aws"]["launch"] and "catalog only" in rows["aws"]["reason"]
+    assert not rows["azure"]["launch"] and "catalog only" in rows["azure"]["reason"]
+    assert not rows["aws"]["launch"]  # a provider, but no credentials (tests: loopback only)
     assert not rows["ssh"]["launch"] and "ssh_node_pools.yaml" in rows["ssh"]["reason"]
     assert "vultr" in rows  # AMD MI-series providers are listed beside the rest
 

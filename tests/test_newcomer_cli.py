@@ -122,7 +122,8 @@ def test_dryrun_plans_over_every_catalog_and_says_how_to_enable(daemon: Any, tmp
     assert r.returncode == 0, r.stderr
     assert "A100:8" in r.stdout and "p4d.24xlarge" in r.stdout  # AWS's 8x A100, priced
     assert "not enabled" in r.stdout and "Nothing can launch this now" in r.stdout
-    assert re.search(r"^  aws: catalog only", r.stdout, re.M)  # how to enable, per infra
+    assert re.search(r"^  aws: \S", r.stdout, re.M)  # how to enable, per infra
+    assert re.search(r"^  lambda: catalog only", r.stdout, re.M)  # no provider module yet
     doc = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
     assert doc["launchable"] is False and doc["infras"]["aws"]["launch"] is False
     assert doc["infras"]["aws"]["how"] and doc["infras"]["local"]["launch"] is True
@@ -270,12 +271,14 @@ def test_launch_on_a_terminal_asks_with_the_plan_and_shows_it_once(daemon: Any, 
 
 def test_check_follows_the_callers_catalog_dir(daemon: Any, tmp_path: Path) -> None:
     cat = _catalog(tmp_path / "only-runpod", ["cpu-tiny,,,2,8,,CA,CA-MTL-1,0.01,"])
+    (cat / "oci.csv").write_text((cat / "runpod.csv").read_text())  # a catalog-only cloud
     rows = {r["infra"]: r for r in json.loads(
         cli("check", "-o", "json", env={"SKYD_CATALOG_DIR": str(cat)}).stdout)}
     from skyd.cloudnames import PROVIDERS
 
-    assert set(rows) - set(PROVIDERS) == {"runpod"}  # providers are listed always
-    assert rows["runpod"]["plan"] and not rows["runpod"]["launch"]
+    assert set(rows) - set(PROVIDERS) == {"oci"}  # providers are listed always
+    assert rows["oci"]["plan"] and not rows["oci"]["launch"]
+    assert not rows["runpod"]["launch"]  # a provider without its key
     rows = {r["infra"] for r in json.loads(cli("check", "-o", "json").stdout)}
     assert {"aws", "gcp", "runpod"} <= rows
 

@@ -159,7 +159,7 @@ async def test_registry_line_and_derived_lists(tc: FakeInstancesAPI) -> None:
     assert {"local", "ssh", "testcloud"} <= set(registered_clouds())
     cloud = get_cloud("testcloud")
     assert cloud.name == "testcloud" and "spot" in cloud.unsupported
-    assert IMPLEMENTED["aws"] is False and IMPLEMENTED.get("local") is True
+    assert IMPLEMENTED["azure"] is False and IMPLEMENTED.get("local") is True
 
 
 async def test_down_of_half_made_asks_only_its_cloud(tc: FakeInstancesAPI, store: Any, skyd_home: Path) -> None:

@@ -53,6 +53,9 @@ def run_list(args: argparse.Namespace) -> int:
 
         _, _, only = args.infra.partition("/")
         return print_rows(anyio.run(gpu_rows, only or None), args.output == "json")
+    infra = str(args.infra or "")
+    if infra.split("/", 1)[0] in ("k8s", "kubernetes"):
+        return _run_k8s(args, infra.partition("/")[2] or None)
     name, count = None, None
     if args.accelerator:
         name, _, cnt = args.accelerator.partition(":")
@@ -70,6 +73,10 @@ def run_list(args: argparse.Namespace) -> int:
     def price(v: Any) -> str:
         return "-" if v in (None, "") else f"$ {float(v):.2f}"
 
+    def per_gpu(r: dict[str, Any], key: str) -> str:
+        v, n = r.get(key), float(r.get("count") or 0)
+        return "-" if v in (None, "") or n <= 0 else f"$ {float(v) / n:.2f}"
+
     def cloud(r: dict[str, Any]) -> str:
         mark = "" if r.get("enabled") else " *"
         return f"{r['cloud']}{mark}"
@@ -79,10 +86,13 @@ def run_list(args: argparse.Namespace) -> int:
         ("INSTANCE_TYPE", "instance_type"), ("vCPUs", lambda r: f"{float(r['vcpus']):g}" if r.get("vcpus") else "-"),
         ("HOST_MEMORY", lambda r: f"{float(r['memory_gib']):g}GB" if r.get("memory_gib") else "-"),
         ("HOURLY_PRICE", lambda r: price(r.get("price"))),
-        ("HOURLY_SPOT_PRICE", lambda r: price(r.get("spot_price"))), ("REGION", "region"),
+        ("HOURLY_SPOT_PRICE", lambda r: price(r.get("spot_price"))),
+        ("$/GPU-h", lambda r: per_gpu(r, "price")), ("SPOT $/GPU-h", lambda r: per_gpu(r, "spot_price")),
+        ("REGION", "region"),
     ], empty="No accelerators match.")
     ages = {r["cloud"]: r.get("catalog_age_s") for r in rows}
-    stale = ", ".join(f"{c} {duration(a)}" for c, a in sorted(ages.items()) if a)
+    stale = ", ".join(f"{c} {duration(a) if a is not None else 'bundled'}"
+                      for c, a in sorted(ages.items()))
     print("\n* not enabled for launching (catalog only, or no credentials)."
           + (f"\nCatalog age: {stale}." if stale else ""))
     return 0
@@ -101,4 +111,41 @@ def run_refresh(args: argparse.Namespace) -> int:
     for c in clouds:
         path = anyio.run(refresh_catalog, c)
         print(f"{c}: wrote {path}")
+    return 0
+
+
+def _run_k8s(args: argparse.Namespace, context: str | None) -> int:
+    """show-gpus --infra k8s[/<context>]: free and total GPUs per context, from the API."""
+    import anyio
+
+    from skyd.clouds.kubernetes.cloud import KubernetesCloud
+
+    async def table() -> list[dict[str, Any]]:
+        cloud = KubernetesCloud()
+        try:
+            return await cloud.gpu_table()
+        finally:
+            await cloud.close()
+
+    rows = anyio.run(table)
+    if context:
+        rows = [r for r in rows if r["context"] == context]
+    if args.accelerator:
+        want = args.accelerator.partition(":")[0].upper()
+        rows = [r for r in rows if r.get("accelerator") and r["accelerator"].upper() == want]
+    if args.output == "json":
+        from skyd.cli.output import print_json
+
+        print_json(rows)
+        return 0
+    from skyd.cli.output import print_table
+
+    print_table([r for r in rows if r.get("accelerator")], [
+        ("CONTEXT", "context"), ("GPU", "accelerator"),
+        ("REQUESTABLE_QTY_PER_NODE", lambda r: str(r["max_per_node"])),
+        ("UTILIZATION", lambda r: f"{r['free']} of {r['total']} free"),
+    ], empty="No GPUs on the reachable contexts.")
+    for r in rows:
+        if not r.get("accelerator") and r.get("error"):
+            print(f"{r['context']}: unavailable ({r['error']})")
     return 0

@@ -29,4 +29,5 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_check",
     "skyd.cli.cmd_ssh",
     "skyd.jobs.cli",
+    "skyd.serve.cli",
 ]

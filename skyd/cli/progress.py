@@ -113,6 +113,12 @@ class StageRenderer:
                 self.err.write(f"  {name}: {state}\n")
             self.err.flush()
 
+    def note(self, text: str) -> None:
+        with self.lock:
+            self._clear()
+            self.err.write(text + "\n")
+            self.err.flush()
+
     def text(self, text: str) -> None:
         with self.lock:
             self._clear()
@@ -133,6 +139,8 @@ def render_events(events: Any, *, out: TextIO | None = None, err: TextIO | None 
                 r.stage(ev)
             elif t in ("log", "job_log"):
                 r.text(str(ev.get("text", "")))
+            elif t == "reattach":  # the daemon restarted under the stream
+                r.note(str(ev.get("text", "")))
             elif t == "result":
                 return True, ev.get("result")
             elif t == "error":

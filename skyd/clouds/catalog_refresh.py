@@ -37,7 +37,21 @@ def unregister_catalog_fetcher(cloud: str) -> None:
 
 
 def catalog_fetchers() -> list[str]:
+    _load_providers()
     return sorted(_fetchers)
+
+
+def _load_providers(only: str | None = None) -> None:
+    """Providers register their fetchers when loaded (e.g. ``aws``): load them first."""
+    from skyd.clouds.base import get_cloud, registered_clouds
+
+    for name in [only] if only else registered_clouds():
+        if name in _fetchers:
+            continue
+        try:
+            get_cloud(name)
+        except Exception:  # noqa: BLE001, S112 - a provider that fails to load has no fetcher
+            continue
 
 
 def _write_version(cloud: str, text: str) -> Path:
@@ -56,6 +70,8 @@ def _write_version(cloud: str, text: str) -> Path:
 
 async def refresh_catalog(cloud: str) -> Path:
     """Fetch ``cloud``'s prices and store them as a new catalog version; returns its path."""
+    if cloud not in _fetchers:
+        _load_providers(cloud)
     fn = _fetchers.get(cloud)
     if fn is None:
         have = ", ".join(catalog_fetchers()) or "none"

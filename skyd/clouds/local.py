@@ -251,8 +251,27 @@ class LocalProvisioner(Provisioner):
             for node in handle.nodes:
                 tg.start_soon(one, node)
 
+    async def _reap_jobs(self, node_dirs: list[Path]) -> None:
+        """End every job process group recorded on these nodes (the agent may be dead), and
+        any agent still running there (one that was starting when its launch died has no
+        agent.json yet, and would otherwise outlive its sandbox)."""
+        from skyd.nodeagent.reaper import kill_recorded_groups
+
+        root = self.root.resolve()
+        for nd in node_dirs:
+            if nd.resolve() == root or not nd.resolve().is_relative_to(root):
+                continue  # only this infra's sandboxes
+            for pid in await anyio.to_thread.run_sync(_agents_on, nd):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if nd.exists():
+                await anyio.to_thread.run_sync(kill_recorded_groups, nd)
+
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._shutdown_agents(handle)
+        await self._reap_jobs([Path(n.node_dir) for n in handle.nodes if n.node_dir])
         for node in handle.nodes:
             nd = Path(node.node_dir)
             if nd.exists():
@@ -307,6 +326,10 @@ class LocalProvisioner(Provisioner):
             cdir: Path | None = self.cluster_dir(handle.cluster_name)
         except fsutil.UnsafePathError:
             cdir = None  # a name from before names were checked: remove the node dirs only
+        nds = [Path(n.node_dir) for n in handle.nodes if n.node_dir]
+        if cdir is not None and cdir.is_dir():
+            nds = sorted({*nds, *cdir.glob("node-*")})
+        await self._reap_jobs(nds)
         for node in handle.nodes:
             nd = Path(node.node_dir) if node.node_dir else None
             if nd is not None and (cdir is None or nd.parent != cdir):
@@ -327,6 +350,7 @@ class LocalProvisioner(Provisioner):
                     os.killpg(os.getpgid(int(info["pid"])), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+        await self._reap_jobs(nds)
         await self._remove(cdir, lambda _m: None)
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
@@ -362,6 +386,27 @@ class LocalProvisioner(Provisioner):
 
         stats = await sync_local_dir(source, target, excludes)
         return stats.files, stats.bytes
+
+
+def _agents_on(node_dir: Path) -> list[int]:
+    """Live node-agent processes whose --home is this node dir (found in /proc)."""
+    wants = {b"\0--home\0" + str(p).encode() + b"\0" for p in (node_dir, Path(node_dir).resolve())}
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if any(w in cmd + b"\0" for w in wants) and LocalProvisioner._pid_alive(int(name)):
+            out.append(int(name))
+    return out
 
 
 class LocalCloud(Cloud):

@@ -113,6 +113,11 @@ def error_response(err: SkydError, status: int | None = None) -> web.Response:
 
 
 def internal_error_dict(exc: BaseException, log_hint: str) -> dict[str, Any]:
+    from skyd.daemon.store import storage_error
+
+    known = storage_error(exc)
+    if known is not None:  # a full disk or a read-only state database: say which
+        return known.to_dict()
     return {
         "type": "InternalError",
         "message": f"internal error: {type(exc).__name__}: {exc}",

@@ -6,4 +6,5 @@ Append here (e.g. "skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.serve.verbs").
 
 from __future__ import annotations
 
-PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.clouds.ssh.plugin"]
+PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.clouds.ssh.plugin",
+                             "skyd.serve.verbs"]

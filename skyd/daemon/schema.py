@@ -120,7 +120,18 @@ async def _v3(db: Any) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [_V1, _v2, _v3]
+async def _v4(db: Any) -> None:
+    """Serving (skyd.serve): a service's reason and update time; a replica's port, job,
+    location, reason and probe bookkeeping."""
+    await _add_columns(db, "services", {"status_reason": "TEXT", "updated_at": "REAL"})
+    await _add_columns(db, "replicas", {
+        "port": "INTEGER", "job_id": "INTEGER", "status_reason": "TEXT", "cloud": "TEXT",
+        "region": "TEXT", "zone": "TEXT", "use_spot": "INTEGER", "started_at": "REAL",
+        "ready_at": "REAL", "fail_since": "REAL", "final_status": "TEXT",
+    })
+
+
+MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

@@ -21,6 +21,7 @@ import aiosqlite
 import anyio
 
 from skyd.daemon.schema import MIGRATIONS
+from skyd.errors import SkydError
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -105,6 +106,12 @@ class Store:
                         await db.close()
 
     @property
+    def write_lock(self) -> anyio.Lock:
+        """The lock every write transaction on this database file takes in this process
+        (other connections to the same file, e.g. the managed-jobs tables, share it)."""
+        return self._wlock
+
+    @property
     def is_open(self) -> bool:
         return self._w is not None
 
@@ -151,7 +158,7 @@ class Store:
         """
         async with self._wlock:
             db = self._writer()
-            await db.execute("BEGIN IMMEDIATE")
+            await _begin_immediate(db)
             try:
                 yield db
             except BaseException:
@@ -229,6 +236,60 @@ class Store:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, dumps(value)),
         )
+
+
+def storage_error(exc: BaseException, db_path: Path | None = None) -> SkydError | None:
+    """A SkydError naming the path and the fix for a write that failed because the disk is
+    full or the state database (or its directory) is read-only; None for anything else."""
+    import errno
+
+    from skyd import paths
+
+    db = Path(db_path) if db_path is not None else paths.db_path()
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError):
+        if "disk is full" in text or ("disk i/o error" in text and _full(db)):
+            return SkydError(f"disk full: cannot write the state database {db}",
+                             hint=f"free space on the filesystem holding {db.parent}, then retry")
+        if "readonly" in text or "read-only" in text:
+            return SkydError(f"state database is read-only: {db}",
+                             hint=f"make {db} and its directory {db.parent} writable, then retry")
+        return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = exc.filename or db.parent
+        return SkydError(f"disk full: cannot write {where}",
+                         hint="free space on that filesystem, then retry")
+    if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        where = exc.filename or db.parent
+        return SkydError(f"read-only filesystem: cannot write {where}",
+                         hint="remount it read-write or point SKYD_HOME elsewhere")
+    return None
+
+
+def _full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail == 0
+
+
+async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> None:
+    """BEGIN IMMEDIATE, retried while another process holds SQLite's write lock past the
+    busy timeout (right after a crash, WAL recovery can also answer "locked" at once)."""
+    deadline = anyio.current_time() + budget
+    delay = 0.01
+    while True:
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            if anyio.current_time() >= deadline:
+                raise
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 def _split_sql(script: str) -> list[str]:

@@ -336,12 +336,18 @@ class JobController:
                 res: LaunchResult = await strategy.launch(spec, cluster)
             else:
                 res = await strategy.recover(spec, cluster, last, reason)
-        except (PrecheckError, ResourcesUnavailableError) as e:
-            final = S.FAILED_PRECHECKS if isinstance(e, PrecheckError) else S.FAILED_NO_RESOURCE
+        except (PrecheckError, ResourcesUnavailableError, strat.LaunchError) as e:
+            if isinstance(e, PrecheckError):
+                final = S.FAILED_PRECHECKS
+            elif isinstance(e, strat.LaunchError):
+                final = S.FAILED_CONTROLLER
+            else:
+                final = S.FAILED_NO_RESOURCE
+            reason = f"controller error: {e}" if final == S.FAILED_CONTROLLER else str(e)
             t = time.time()
             await self._update(
                 {"status": final.value, "schedule_state": "DONE", "ended_at": t,
-                 "failure_reason": str(e)},
+                 "failure_reason": reason},
                 attempt_update=(ti, attempt, {"status": st.ATTEMPT_LAUNCH_FAILED, "ended_at": t,
                                               "reason": str(e)}),
             )  # fmt: skip

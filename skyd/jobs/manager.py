@@ -91,9 +91,11 @@ class JobsManager:
         priority: int = 0,
         retry_until_up: bool = False,
         secrets_ref: str | None = None,
+        request_key: str | None = None,
     ) -> int:
-        """Create the job row (PENDING/WAITING) and spawn its controller. ``secrets_ref``
-        names the job's secrets file (skyd.jobs.job_secrets)."""
+        """Create the job row (PENDING/WAITING) and spawn its controller (once per
+        `request_key`, see JobsDB.create_job). ``secrets_ref`` names the job's secrets file
+        (skyd.jobs.job_secrets)."""
         dag_name, dag = build_dag(docs, envs=envs, override=job_recovery)
         if secrets_ref:
             dag["secrets_ref"] = secrets_ref
@@ -106,7 +108,7 @@ class JobsManager:
             raise InvalidSpecError("priority must be within -1000..1000", field="priority")
         job_id = await self.db.create_job(
             name=name or dag_name, dag_json=json.dumps(dag), strategy=strategy,
-            priority=priority, retry_until_up=retry_until_up,
+            priority=priority, retry_until_up=retry_until_up, request_key=request_key,
         )  # fmt: skip
         self._start(job_id)
         return job_id

@@ -52,11 +52,10 @@ class _Ctx:
 def _task_of(spec: TaskSpec) -> Any:
     from skyd.models import Task
 
-    task = Task.from_normalized(spec.task)
-    if spec.pin is not None and spec.pin.cloud:
-        infra = "/".join(p for p in (spec.pin.cloud, spec.pin.region, spec.pin.zone) if p)
-        task = task.with_overrides(infra=infra)
-    return task
+    # A recovery's pin (spec.pin) is a location the planner produced, not something a user
+    # wrote: it filters the plan's choices (see _provision_blocked) rather than being
+    # spelled back as an `infra:` string, which not every infra's syntax can express.
+    return Task.from_normalized(spec.task)
 
 
 def saved_logs_dir() -> Path:
@@ -80,9 +79,10 @@ class PipelineClusterOps:
         self, task: TaskSpec, cluster_name: str, *, blocked: Sequence[Block], log: LogFn
     ) -> LaunchResult:
         from skyd.jobs.job_secrets import with_secrets
-        from skyd.pipeline.launch import _job_spec, _provision
+        from skyd.pipeline.launch import _job_spec, _provision, check_local_paths
 
         t = await with_secrets(_task_of(task), task)
+        await anyio.to_thread.run_sync(check_local_paths, t)
         ctx = _Ctx(self.store, log, f"job{task.job_id}-{task.task_index}-{task.attempt}")
         async with cluster_lock(cluster_name):
             row, handle = await self._handle(cluster_name)
@@ -93,7 +93,8 @@ class PipelineClusterOps:
                     await self.teardown_locked(cluster_name)
                 blocks = [planner.Block(cloud=b.cloud or "", region=b.region, zone=b.zone)
                           for b in blocked if b.cloud]
-                handle = await _provision_blocked(ctx, t, cluster_name, blocks, _provision)
+                handle = await _provision_blocked(ctx, t, cluster_name, blocks, _provision,
+                                                  pin=task.pin)
                 prov = get_cloud(handle.cloud).provisioner()
             backend = AgentBackend(prov)
             if t.workdir:
@@ -201,7 +202,11 @@ class PipelineClusterOps:
 
 
 async def _provision_blocked(
-    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any
+    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any, pin: Block | None = None
 ) -> Any:
-    """The pipeline's OPTIMIZE+PROVISION, starting from the controller's blocked locations."""
-    return await provision(ctx, task, name, {"blocked": blocks})
+    """The pipeline's OPTIMIZE+PROVISION, starting from the controller's blocked locations
+    and staying inside `pin` (cloud / region / zone; None parts mean any)."""
+    payload: dict[str, Any] = {"blocked": blocks}
+    if pin is not None and pin.cloud:
+        payload["pin"] = {"cloud": pin.cloud, "region": pin.region, "zone": pin.zone}
+    return await provision(ctx, task, name, payload)

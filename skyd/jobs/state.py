@@ -104,6 +104,33 @@ def _changed(data: dict[str, Any]) -> None:
         _publish("managed_jobs", data)
 
 
+BUSY_TIMEOUT_MS = 10000
+BEGIN_RETRY_S = 60.0  # another process holding the write lock this long is a real fault
+
+
+def is_locked(e: BaseException) -> bool:
+    return isinstance(e, sqlite3.OperationalError) and (
+        "database is locked" in str(e) or "database is busy" in str(e)
+    )
+
+
+def begin_immediate(raw: sqlite3.Connection, budget: float = BEGIN_RETRY_S) -> None:
+    """BEGIN IMMEDIATE, retried while another connection holds the write lock (SQLite's
+    busy handler gives up after busy_timeout, and not at all in some WAL recovery cases
+    right after a crash)."""
+    deadline = time.monotonic() + budget
+    delay = 0.01
+    while True:
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as e:
+            if not is_locked(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
 class JobsDB:
     """The managed-jobs tables on one aiosqlite connection (writes serialized by a lock)."""
 
@@ -114,12 +141,15 @@ class JobsDB:
         self.transitions = 0  # committed write transactions (benchmarks read this)
 
     @classmethod
-    async def open(cls, path: str | Path) -> JobsDB:
+    async def open(cls, path: str | Path, *, lock: anyio.Lock | None = None) -> JobsDB:
+        """Open the tables at `path`. In the daemon, pass the state store's write lock: the
+        two connections then never contend for SQLite's write lock inside one process (a
+        busy wait there starves under load and ends in "database is locked")."""
         conn = await aiosqlite.connect(str(path), isolation_level=None)
+        await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
-        await conn.execute("PRAGMA busy_timeout=10000")
-        db = cls(conn)
+        db = cls(conn, lock=lock)
         await db.init_schema()
         return db
 
@@ -149,7 +179,7 @@ class JobsDB:
 
         def tx() -> T:
             raw: sqlite3.Connection = self.conn._conn  # noqa: SLF001 - same thread, see above
-            raw.execute("BEGIN IMMEDIATE")
+            begin_immediate(raw)
             try:
                 result = fn(raw)
             except BaseException:
@@ -173,10 +203,18 @@ class JobsDB:
         strategy: str | None,
         priority: int = 0,
         retry_until_up: bool = False,
+        request_key: str | None = None,
     ) -> int:
+        """Insert a PENDING job. With `request_key` (the daemon's kv table must exist), the
+        id is recorded under that key in the same transaction and a second call with the
+        key returns it: a request resumed after a crash never creates the job twice."""
         now = time.time()
 
         def fn(db: sqlite3.Connection) -> int:
+            if request_key is not None:
+                row = db.execute("SELECT value FROM kv WHERE key=?", (request_key,)).fetchone()
+                if row is not None:
+                    return int(row[0])
             cur = db.execute(
                 "INSERT INTO managed_jobs (name, status, schedule_state, priority, submitted_at,"
                 " dag, strategy, current_task, updated_at, retry_until_up)"
@@ -184,6 +222,9 @@ class JobsDB:
                 (name, priority, now, dag_json, strategy, now, int(retry_until_up)),
             )
             assert cur.lastrowid is not None
+            if request_key is not None:
+                db.execute("INSERT INTO kv (key, value) VALUES (?, ?)",
+                           (request_key, str(int(cur.lastrowid))))  # fmt: skip
             return int(cur.lastrowid)
 
         jid = await self._write(fn)

@@ -27,6 +27,14 @@ EXIT_CODE = "exit_code"  # user code exited with a code listed in recover_on_exi
 INTERRUPTED = "interrupted"  # the controller died mid-launch; the half-launched cluster is gone
 
 
+GLITCH_ROUNDS = 3  # rounds tried when every failure is an error of ours, not of capacity
+
+
+class LaunchError(Exception):
+    """A launch failed for a reason other than resources (the controller's side): the job
+    ends FAILED_CONTROLLER with this reason, never FAILED_NO_RESOURCE."""
+
+
 @dataclass
 class StrategyEnv:
     ops: ClusterOps
@@ -63,7 +71,7 @@ class RecoveryStrategy(ABC):
             # The cluster is healthy; run the job again on it first.
             try:
                 return await self.run_rounds(spec, cluster, [Step(pin=last)], 1)
-            except ResourcesUnavailableError:
+            except (ResourcesUnavailableError, LaunchError):
                 pass
         await self.env.ops.teardown(cluster)
         rounds = None if self.env.retry_until_up else self.env.recovery_rounds
@@ -79,6 +87,7 @@ class RecoveryStrategy(ABC):
         delay = self.env.backoff_initial
         done = 0
         errors: list[str] = []
+        no_resources = False  # did any step fail for lack of resources (not our own fault)?
         while True:
             async with self.env.slot():
                 for i, step in enumerate(steps):
@@ -95,12 +104,17 @@ class RecoveryStrategy(ABC):
                         raise PrecheckError(str(e), hint=e.hint) from e
                     except ResourcesUnavailableError as e:
                         errors.append(str(e))
+                        no_resources = True
                         self.env.log(f"launch step {i + 1}/{len(steps)} failed: {e}")
                     except Exception as e:  # noqa: BLE001 - provisioning glitches are retried
                         errors.append(f"{type(e).__name__}: {e}")
                         self.env.log(f"launch step {i + 1}/{len(steps)} error: {e!r}")
             done += 1
-            if rounds is not None and done >= rounds:
+            if rounds is not None and done >= max(rounds, 0 if no_resources else GLITCH_ROUNDS):
+                if not no_resources:
+                    # Every step failed on our side (agent, transport, state): not a lack of
+                    # resources, so never labelled as one.
+                    raise LaunchError(f"launch failed {done} time(s): {errors[-1] if errors else '?'}")
                 raise ResourcesUnavailableError(
                     f"no launchable resources after {done} round(s): {errors[-1] if errors else '?'}",
                     hint="use --retry-until-up to keep trying, or relax the resources",

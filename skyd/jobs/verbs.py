@@ -74,7 +74,8 @@ async def _startup(daemon: Daemon) -> None:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
 
         ops = PipelineClusterOps(daemon.store)
-    db = await JobsDB.open(paths.db_path())  # own connection; WAL + busy_timeout
+    # Own connection, sharing the store's write lock (one writer at a time in this process).
+    db = await JobsDB.open(paths.db_path(), lock=daemon.store.write_lock)
     from skyd.jobs import job_secrets
 
     await job_secrets.sweep(db)  # files of jobs that ended (or were never created)
@@ -93,6 +94,14 @@ async def _shutdown(daemon: Daemon) -> None:
     await anyio.to_thread.run_sync(CONTROLLER_LOG.flush)  # the controllers' last lines
 
 
+def _started() -> bool:
+    try:
+        current_manager()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _manager() -> JobsManager:
     try:
         return current_manager()
@@ -104,9 +113,14 @@ def _manager() -> JobsManager:
 
 
 async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Submit a managed job (a multi-document YAML is a pipeline)."""
+    """Submit a managed job (a multi-document YAML is a pipeline). Resumable: the job id
+    is recorded under the request id with the row, so a resumed request finds it again."""
     from skyd.jobs import job_secrets
 
+    if ctx.resumed:  # requests resume before the managed-jobs service is back up
+        with anyio.move_on_after(30):
+            while not _started():
+                await anyio.sleep(0.05)
     m = _manager()
     docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
     ref = await job_secrets.save(per_task)  # 0600 file before the row; the dag names it
@@ -119,6 +133,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
             priority=int(payload.get("priority") or 0),
             retry_until_up=bool(payload.get("retry_until_up")),
             secrets_ref=ref,
+            request_key=f"jobs.launch:{ctx.request_id}",
         )
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -321,7 +336,7 @@ def _saved_logs(jid: int) -> list[Path]:
     return sorted(d.glob(f"skyd-jobs-{jid}-*.log")) if d.exists() else []
 
 
-register_verb("jobs.launch", jobs_launch, check=check_jobs_launch)
+register_verb("jobs.launch", jobs_launch, resumable=True, check=check_jobs_launch)
 register_verb("jobs.cancel", jobs_cancel, check=check_jobs_cancel)
 register_read("GET", "/v1/jobs", jobs_queue)
 register_read("GET", "/v1/jobs/{id}", jobs_get)

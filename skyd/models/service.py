@@ -13,7 +13,7 @@ DEFAULT_INITIAL_DELAY_SECONDS = 1200
 DEFAULT_PROBE_TIMEOUT_SECONDS = 15
 DEFAULT_UPSCALE_DELAY_SECONDS = 300
 DEFAULT_DOWNSCALE_DELAY_SECONDS = 1200
-LB_POLICIES = ("round_robin", "least_load", "instance_aware_least_load")
+LB_POLICIES = ("round_robin", "least_load", "instance_aware_least_load", "affinity")
 DEFAULT_LB_POLICY = "least_load"
 
 
@@ -90,6 +90,9 @@ class TLS(SpecModel):
 class LoadBalancerSpec(SpecModel):
     _what: ClassVar[str] = "load_balancer"
     stream_timeout_seconds: int | float | None = None
+    # skyd's `affinity` policy: hash this request header (else the first bytes of the body).
+    affinity_header: str | None = None
+    affinity_body_prefix: int | None = None
 
 
 class ServiceSpec(SpecModel):
@@ -99,8 +102,8 @@ class ServiceSpec(SpecModel):
     readiness_probe: ReadinessProbe = ReadinessProbe()
     replicas: int | None = None
     replica_policy: ReplicaPolicy = ReplicaPolicy()
-    load_balancing_policy: Literal["round_robin", "least_load", "instance_aware_least_load"] = (
-        "least_load")
+    load_balancing_policy: Literal["round_robin", "least_load", "instance_aware_least_load",
+                                   "affinity"] = "least_load"
     ports: int | None = None
     tls: TLS | None = None
     load_balancer: LoadBalancerSpec | None = None

@@ -6,7 +6,9 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from .executor import Executor
 from .gpu import Gpu
 from .scheduler import Capacity, plan_admissions
 from .spec import validate_spec
+
+log = logging.getLogger("skyd.nodeagent")
 
 
 class SpecError(ValueError):
@@ -33,6 +37,7 @@ class Agent:
         self.queue = jq.JobQueue(home / "jobs.db")
         self.ex = Executor(home, self.queue, self.vendor, cluster)
         self.drivers: dict[int, asyncio.Task] = {}  # type: ignore[type-arg]
+        self.cancelling: set[int] = set()  # jobs being cancelled: no new driver for them
         self.started_at = time.time()
         self.last_activity = time.time()
         self.wake = asyncio.Event()
@@ -90,7 +95,12 @@ class Agent:
         return self.ex.log_path(job_id, 0)
 
     def schedule(self) -> None:
-        """Admit pending jobs that fit (persisted as SETTING_UP with their GPU slots)."""
+        """Admit pending jobs that fit (persisted as SETTING_UP with their GPU slots), and
+        give every admitted job a driver again if its driver died (e.g. its state write
+        failed on a full disk): the new driver adopts the job's processes."""
+        for job in self.queue.with_status(jq.ACTIVE):
+            if job["job_id"] not in self.drivers and job["job_id"] not in self.cancelling:
+                self._spawn_driver(job)
         pending = self.queue.with_status([jq.PENDING])
         if not pending:
             return
@@ -115,9 +125,17 @@ class Agent:
         task.add_done_callback(_done)
 
     def _driver_crashed(self, job_id: int, exc: BaseException | None) -> None:
-        job = self.queue.get(job_id)
-        if job and job["status"] not in jq.TERMINAL:
-            self.queue.set_status(job_id, jq.FAILED_DRIVER, reason=f"driver error: {exc!r}")
+        if isinstance(exc, (sqlite3.Error, OSError)):
+            # Storage (disk full, I/O error): the job itself may be fine. Its next driver
+            # (schedule(), every tick) adopts it once writes succeed again.
+            log.warning("driver of job %d: %r; retrying", job_id, exc)
+            return
+        try:
+            job = self.queue.get(job_id)
+            if job and job["status"] not in jq.TERMINAL:
+                self.queue.set_status(job_id, jq.FAILED_DRIVER, reason=f"driver error: {exc!r}")
+        except (sqlite3.Error, OSError) as e:
+            log.warning("job %d: cannot record the driver error (%r)", job_id, e)
 
     def _drop_secrets_if_done(self, job_id: int) -> None:
         current = self.queue.get(job_id)
@@ -145,6 +163,14 @@ class Agent:
         return [j["job_id"] for j in jobs]
 
     async def _cancel_one(self, job: dict[str, Any]) -> None:
+        job_id = job["job_id"]
+        self.cancelling.add(job_id)
+        try:
+            await self._cancel_locked(job)
+        finally:
+            self.cancelling.discard(job_id)
+
+    async def _cancel_locked(self, job: dict[str, Any]) -> None:
         job_id = job["job_id"]
         task = self.drivers.pop(job_id, None)
         if task is not None:

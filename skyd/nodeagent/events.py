@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import time
 
 from .core import Agent
@@ -35,13 +36,20 @@ async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0
     heartbeat = agent.home / "heartbeat"
     while not agent.exit_requested.is_set():
         now = time.time()
-        if now >= next_beat:
-            tmp = heartbeat.with_suffix(".tmp")
-            tmp.write_text(f"{now:f}\n")
-            os.replace(str(tmp), str(heartbeat))
-            next_beat = now + heartbeat_s
-        agent.schedule()
-        auto = agent.autostop
+        try:
+            if now >= next_beat:
+                tmp = heartbeat.with_suffix(".tmp")
+                tmp.write_text(f"{now:f}\n")
+                os.replace(str(tmp), str(heartbeat))
+                next_beat = now + heartbeat_s
+            agent.schedule()
+            auto = agent.autostop
+        except (OSError, sqlite3.Error) as e:
+            # A full disk or a failing write must not end the loop: once writes work again
+            # the next tick catches up (drivers restarted, pending jobs admitted).
+            log.warning("event loop: %r; retrying", e)
+            await asyncio.sleep(min(tick_s, 1.0))
+            continue
         if (auto["idle_minutes"] >= 0 and agent.is_idle()
                 and agent.idle_seconds() >= auto["idle_minutes"] * 60):
             await run_autostop_action(agent, bool(auto["down"]))

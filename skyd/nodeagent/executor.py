@@ -21,7 +21,8 @@ from typing import Any
 
 from .jobqueue import JobQueue
 
-WRAPPER = 'bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+# The wrapper records its own process group first (see reaper.py), then runs the phase.
+WRAPPER = 'echo "$$" > "$2.pgid"; bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
 KILL_GRACE_S = 5.0
 
 

@@ -35,6 +35,44 @@ def read_or_create_token(path: Path) -> str:
     return path.read_text().strip()
 
 
+def take_home_lock(home: Path, grace: float = 5.0) -> Any:
+    """One agent per home: hold an exclusive flock on HOME/agent.lock for our lifetime.
+
+    A second agent started on the same home (a daemon that died between starting an agent
+    and seeing its agent.json, then started another) takes over: the older one is asked to
+    leave (SIGTERM: its jobs keep running and this agent adopts them), then killed. Without
+    this the older agent would keep running unseen, with a token nobody holds.
+    """
+    import fcntl
+
+    fd = os.open(str(home / "agent.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + grace
+    signalled = 0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            pass
+        try:
+            other = int(os.pread(fd, 32, 0).decode().strip() or "0")
+        except (OSError, ValueError):
+            other = 0
+        if other > 0 and other != os.getpid():
+            sig = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
+            if signalled != sig:
+                log.warning("another agent (pid %d) holds %s; stopping it", other, home)
+                try:
+                    os.kill(other, sig)
+                except OSError:
+                    pass
+                signalled = sig
+        time.sleep(0.05)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
@@ -78,6 +116,7 @@ async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int
                 fake_gpus: str | None, tick_s: float, heartbeat_s: float,
                 socket_path: str | None = None) -> None:  # fmt: skip
     home.mkdir(parents=True, exist_ok=True)
+    lock_fd = take_home_lock(home)  # noqa: F841 - held (open) for the agent's lifetime
     token = read_or_create_token(token_file or home / "token")
     loop = asyncio.get_event_loop()
     gpus = gpu.fake_gpus(fake_gpus) if fake_gpus else await loop.run_in_executor(None, gpu.detect)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -102,7 +103,13 @@ async def follow_job(
                 with anyio.move_on_after(POLL_S if not st["exec"] else RUNNING_POLL_S):
                     await logs_done.wait()
 
+    # A request resumed after a daemon restart already emitted part of the log: skip it.
+    skip = 0
+    if getattr(ctx, "resumed", False) and getattr(ctx, "log_path", None):
+        skip = await anyio.to_thread.run_sync(emitted_job_log_bytes, ctx.log_path, job_id)
+
     async def stream_logs() -> None:
+        nonlocal skip
         try:
             async with agent(prov, handle, 0) as c:
                 async for phase, chunk in c.tail_log_chunks(job_id, follow=True):
@@ -111,7 +118,13 @@ async def follow_job(
                         await setup_started()
                     elif phase == "run":
                         await exec_started()
-                    ctx.emit({"type": "job_log", "text": chunk.decode("utf-8", "replace")})
+                    if skip:
+                        cut = min(skip, len(chunk))
+                        chunk, skip = chunk[cut:], skip - cut
+                        if not chunk:
+                            continue
+                    ctx.emit({"type": "job_log", "job_id": job_id,
+                              "text": chunk.decode("utf-8", "replace")})
         finally:
             logs_done.set()
 
@@ -131,3 +144,21 @@ async def follow_job(
     result.update(status=final.get("status"), exit_code=final.get("exit_code"))
     return result
 
+
+def emitted_job_log_bytes(log_path: Any, job_id: int) -> int:
+    """Bytes of job `job_id`'s log a request already emitted (its event log file)."""
+    total = 0
+    try:
+        with open(log_path, "rb") as f:
+            for line in f:
+                if b'"job_log"' not in line:
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if ev.get("type") == "job_log" and ev.get("job_id", job_id) == job_id:
+                    total += len(str(ev.get("text", "")).encode("utf-8"))
+    except OSError:
+        return 0
+    return total

@@ -14,8 +14,10 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+
 from skyd.clouds.base import ClusterHandle, get_cloud
-from skyd.errors import ClusterStateError
+from skyd.errors import ClusterStateError, InvalidSpecError
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import jobwatch, planner
 from skyd.pipeline.backend import WORKDIR, AgentBackend
@@ -45,6 +47,26 @@ async def _kv_put(store: Any, key: str, value: dict[str, Any]) -> None:
 async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
     """OPTIMIZE + PROVISION with failover: skyd.pipeline.provision (the lifecycle)."""
     return await provision_cluster(ctx, task, name, payload)
+
+
+def check_local_paths(task: Any) -> None:
+    """The workdir and every local file-mount source exist: checked before anything is
+    provisioned, so a typo never leaves a cluster behind."""
+    from pathlib import Path
+
+    if task.workdir:
+        wd = planner.workdir_path(task)
+        if not Path(wd).expanduser().is_dir():
+            raise InvalidSpecError(
+                f"workdir {wd!r} is not a directory", field="workdir",
+                hint="fix the path (relative paths are relative to the task YAML)",
+            )
+    for dst, src in planner.local_mounts(task).items():
+        if not Path(src).expanduser().exists():
+            raise InvalidSpecError(
+                f"local source {src!r} does not exist", field=f"file_mounts.{dst}",
+                hint="fix the path (relative paths are relative to the task YAML)",
+            )
 
 
 def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
@@ -105,6 +127,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")
+    await anyio.to_thread.run_sync(check_local_paths, task)
     store = ctx.store
     kv_key = f"launch:{ctx.request_id}"
     state = await _kv_get(store, kv_key)
@@ -204,6 +227,7 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         )
     task = await load_task_from_payload(payload)
     planner.check_fits(task, handle)
+    await anyio.to_thread.run_sync(check_local_paths, task)
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     if task.workdir:

@@ -47,4 +47,29 @@ async def leak_pass(store: Any, names: Iterable[str] | None = None) -> list[str]
             log.info("leak pass: removed what an interrupted provisioning of %s left on %s",
                      name, current.describe())
             cleaned.append(name)
+    if only is None:
+        await orphan_pass(store)
     return cleaned
+
+
+async def orphan_pass(store: Any) -> list[str]:
+    """Objects that providers labelled for clusters with no row at all: every loaded
+    provider that can list its objects by label (``sweep_orphans(known_tags)``) removes the
+    ones whose tag no cluster row carries. Partial rows are written before any create, so a
+    launch in flight is never swept."""
+    from skyd.clouds.base import loaded_clouds
+
+    sweepers = [c.provisioner() for c in loaded_clouds() if hasattr(c.provisioner(), "sweep_orphans")]
+    if not sweepers:
+        return []
+    rows = await store.fetchall("SELECT name, tag FROM clusters")
+    known = {str(r["tag"] or r["name"]) for r in rows} | {str(r["name"]) for r in rows}
+    out: list[str] = []
+    for p in sweepers:
+        try:
+            out += await p.sweep_orphans(known)  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - the next pass retries
+            log.warning("orphan pass: %s", e)
+    for what in out:
+        log.info("orphan pass: removed objects of %s (no cluster row)", what)
+    return out

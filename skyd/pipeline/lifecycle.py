@@ -25,6 +25,10 @@ def _noop(_: str) -> None:
     return None
 
 
+#: the infras that could provision before rows carried their location (schema < v3)
+LEGACY_INFRAS = frozenset({"local", "ssh"})
+
+
 async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
     store = ctx.store
     row = await cdb.require_cluster(store, name)
@@ -40,11 +44,12 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
         ctx.log(f"Removing what the provisioning of {name} left on {partial.describe()}")
         await forget(store, partial, ctx.log)
     else:
-        # A row without a location (written before partial handles existed): every infra
-        # cleans what it may have started for this name.
+        # A row without a location was written before partial handles existed, when only
+        # the machine-local infras could provision: each cleans what it may have started
+        # for this name (no cloud API is asked about a row it never saw).
         from skyd.clouds.base import PartialHandle, registered_clouds
 
-        for cloud_name in registered_clouds():
+        for cloud_name in LEGACY_INFRAS & set(registered_clouds()):
             await get_cloud(cloud_name).provisioner().forget(
                 PartialHandle(name, cloud_name, None, None, name))
     await cdb.remove_cluster(store, name)
@@ -167,9 +172,12 @@ async def run_cancel(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     name = payload["cluster_name"]
     row = await cdb.require_cluster(ctx.store, name)
     handle = cdb.handle_of(row)
-    if handle is None or row["status"] != cdb.UP:
+    if handle is None or not agent_may_be_dead(row):
         raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint="nothing runs on it")
     ids = payload.get("job_ids") or []
+    row, handle, note = await answering_agents(ctx.store, name, row, handle)
+    if note:
+        ctx.log(note)
     prov = get_cloud(handle.cloud).provisioner()
     finished: dict[int, str] = {}
     async with agent(prov, handle) as c:
@@ -190,6 +198,38 @@ async def run_cancel(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         ctx.log(f"Cancelled job(s) {', '.join(map(str, cancelled)) or 'none'} on {name}.")
     return {"cluster": name, "cancelled": cancelled,
             "already_finished": {str(k): v for k, v in finished.items()}}
+
+
+def agent_may_be_dead(row: dict[str, Any]) -> bool:
+    """UP, or marked unhealthy (INIT with a handle) by a refresh that found its agent dead."""
+    return bool(row.get("handle")) and (
+        row["status"] == cdb.UP
+        or (row["status"] == cdb.INIT and str(row.get("status_reason") or "").startswith("unhealthy"))
+    )
+
+
+async def answering_agents(
+    store: Any, name: str, row: dict[str, Any], handle: Any
+) -> tuple[dict[str, Any], Any, str | None]:
+    """(row, handle, note) for a cluster whose agents answer. A dead agent (killed, OOM,
+    crashed) is noticed here and restarted (its jobs' processes and records are adopted by
+    the new agent); `note` then says so. When it cannot be restarted the cluster is marked
+    unhealthy and a ClusterStateError names what to do."""
+    prov = get_cloud(handle.cloud).provisioner()
+    if await agent_healthy(prov, handle):
+        return row, handle, None
+    fresh = await refresh_cluster(store, name, repair=True)
+    new_handle = cdb.handle_of(fresh) if fresh else None
+    if fresh is not None and fresh["status"] == cdb.UP and new_handle is not None:
+        return fresh, new_handle, (
+            f"the node agent of cluster {name!r} was not running; restarted it"
+        )
+    why = (fresh or {}).get("status_reason") or (
+        f"the cluster is {fresh['status']}" if fresh else "the cluster is gone")
+    raise ClusterStateError(
+        f"the node agent of cluster {name!r} is not running and could not be restarted ({why})",
+        hint=f"`skyd status -r {name}` re-checks it; `skyd down {name}` removes the cluster",
+    )
 
 
 async def _targets(store: Any, payload: dict[str, Any]) -> list[str]:

@@ -56,6 +56,7 @@ def format_planned(planned: Any) -> str:
         lines.append("Not enabled here, and how to enable them:")
         for cloud, how in planned.how.items():
             lines.append(f"  {cloud}: {how}")
+    lines += minimum_charges(best)
     if best.objective == "cost":
         lines.append(f"Total: $ {best.total_hourly_cost:.2f}/h; estimated cost $ {best.total_cost:.2f} "
                      "(runtime estimates + egress)")
@@ -63,6 +64,20 @@ def format_planned(planned: Any) -> str:
         lines.append(f"Total: $ {best.total_hourly_cost:.2f}/h; estimated makespan "
                      f"{best.makespan_s:.0f} s, cost $ {best.total_cost:.2f}")
     return "\n".join(lines)
+
+
+def minimum_charges(best: Any) -> list[str]:
+    """One line per chosen resource on a provider that bills a minimum reservation."""
+    from skyd.clouds.billing import minimum_charge
+
+    out = []
+    for t in best.tasks:
+        c = t.chosen
+        got = minimum_charge(c.cloud, c.hourly_cost)
+        if got:
+            out.append(f"Minimum charge: {c.cloud} bills at least {got[0]:g} min per machine: "
+                       f"$ {got[1]:.2f} for task {t.name!r} however short it runs")
+    return out
 
 
 def planned_to_json(planned: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ last plan lists every attempt and why it failed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,8 @@ def _image_for(image: Any, region: str | None) -> str | None:
     return str(vals[0]) if len(vals) == 1 else None
 
 
-def build_request(task: Any, name: str, tag: str, choice: planner.Choice) -> ProvisionRequest:
+def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
+                  token: str | None = None) -> ProvisionRequest:
     r = _resources_for(task, choice)
     disk = getattr(r, "disk_size", None) if r is not None else None
     return ProvisionRequest(
@@ -99,7 +101,7 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice) -> Pro
         ports=tuple(str(p) for p in (getattr(r, "ports", None) or ())),
         image_id=_image_for(getattr(r, "image_id", None), choice.offering.region),
         labels=tuple(sorted((getattr(r, "labels", None) or {}).items())),
-        token=secrets.token_urlsafe(24),
+        token=token or secrets.token_urlsafe(24),
         tag=tag,
     )
 
@@ -183,11 +185,11 @@ def _blocked(choice: planner.Choice, blocked: list[planner.Block]) -> bool:
 
 
 async def _attempt(
-    ctx: Any, task: Any, name: str, tag: str, choice: planner.Choice
+    ctx: Any, task: Any, name: str, tag: str, choice: planner.Choice, token: str
 ) -> ClusterHandle | tuple[Attempt, ResourcesUnavailableError]:
     store = ctx.store
     cloud = get_cloud(choice.offering.cloud)
-    req = build_request(task, name, tag, choice)
+    req = build_request(task, name, tag, choice, token)
 
     async def on_status(reason: str) -> None:
         await cdb.set_status(store, name, cdb.INIT, reason)
@@ -220,11 +222,13 @@ async def _attempt(
         # Cancelled, or an infra failure: remove what was half made, then report.
         with anyio.CancelScope(shield=True):
             await forget(store, partial, ctx.log)
+            await drop_provision_token(store, ctx.request_id, name)
         raise
     if handle is not None:
         if not handle.tag:
             handle.tag = tag
         await cdb.save_handle(store, handle, cdb.UP)
+        await drop_provision_token(store, ctx.request_id, name)
         await ctx.stage("PROVISION", "done", infra=choice.describe())
         return handle
     scope: FailoverScope = err.scope or ("zone" if choice.offering.zone else "region")
@@ -259,6 +263,44 @@ def exhausted(err: ResourcesUnavailableError, tried: list[Attempt]) -> Resources
     return out
 
 
+async def provision_token(store: Any, request_id: str, name: str) -> str:
+    """The cluster token of this provisioning, persisted once before any agent starts.
+
+    A provisioning resumed after a daemon crash may find agents it already started, so it
+    must hand them the same token: a fresh one would leave them answering UNAUTHENTICATED.
+    Dropped once the handle (which carries it) is saved.
+    """
+    key = f"provision-token:{request_id}:{name}"
+    async with store.tx() as db:
+        cur = await db.execute("SELECT value FROM kv WHERE key = ?", (key,))
+        row = await cur.fetchone()
+        if row is not None:
+            return str(json.loads(row[0]))
+        token = secrets.token_urlsafe(24)
+        await db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (key, json.dumps(token)))
+    return token
+
+
+async def drop_provision_token(store: Any, request_id: str, name: str) -> None:
+    async with store.tx() as db:
+        await db.execute("DELETE FROM kv WHERE key = ?", (f"provision-token:{request_id}:{name}",))
+
+
+def inside_pin(choices: list[planner.Choice], pin: dict[str, Any] | None) -> list[planner.Choice]:
+    """The choices inside a pinned location (a managed job's recovery on the same infra);
+    a pin is matched on the offering's own cloud/region/zone, whatever the infra's syntax."""
+    if not pin:
+        return choices
+    keep = [
+        c for c in choices
+        if all(pin.get(k) in (None, getattr(c.offering, k)) for k in ("cloud", "region", "zone"))
+    ]
+    if not keep:
+        loc = "/".join(str(pin[k]) for k in ("cloud", "region", "zone") if pin.get(k))
+        raise ResourcesUnavailableError(f"no launchable resources in {loc}", field="resources")
+    return keep
+
+
 async def _tag_for(store: Any, name: str) -> str:
     row = await cdb.get_cluster(store, name)
     if row and row.get("tag"):
@@ -286,6 +328,7 @@ async def provision_cluster(
     gap = RETRY_UNTIL_UP_GAP
     await clean_stale_partial(ctx, name)
     tag = await _tag_for(store, name)
+    token = await provision_token(store, ctx.request_id, name)
     while True:
         await ctx.stage("OPTIMIZE", "start")
         try:
@@ -301,12 +344,12 @@ async def provision_cluster(
             gap = min(gap * 2, 600)
             blocked = list(payload.get("blocked") or [])
             continue
-        choices = supported_choices(ctx, task, name, ranked)
+        choices = supported_choices(ctx, task, name, inside_pin(ranked, payload.get("pin")))
         await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe(), plan=ranked.table)
         for choice in choices:
             if _blocked(choice, blocked):
                 continue
-            out = await _attempt(ctx, task, name, tag, choice)
+            out = await _attempt(ctx, task, name, tag, choice, token)
             if isinstance(out, ClusterHandle):
                 return out
             attempt, err = out

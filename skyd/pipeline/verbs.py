@@ -32,8 +32,9 @@ async def _queue(ctx: Any, request: Any) -> Any:
     row = await cdb.require_cluster(ctx.store, name)
     handle = cdb.handle_of(row)
     stale = True
-    if handle is not None and row["status"] == cdb.UP:
+    if handle is not None and lifecycle.agent_may_be_dead(row):
         try:
+            row, handle, _ = await lifecycle.answering_agents(ctx.store, name, row, handle)
             with anyio.fail_after(5):
                 async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
                     await cdb.upsert_jobs(ctx.store, name, await c.job_queue())
@@ -58,8 +59,9 @@ async def _logs(ctx: Any, request: Any) -> Any:
     req_job = int_param(request, "job_id", None, lo=1)
     row = await cdb.require_cluster(ctx.store, name)
     handle = cdb.handle_of(row)
-    if handle is None or row["status"] != cdb.UP:
+    if handle is None or not lifecycle.agent_may_be_dead(row):
         raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}`")
+    row, handle, note = await lifecycle.answering_agents(ctx.store, name, row, handle)
     prov = get_cloud(handle.cloud).provisioner()
     q = request.query
     follow = q.get("follow", "1") in ("1", "true")
@@ -81,6 +83,8 @@ async def _logs(ctx: Any, request: Any) -> Any:
                                            "X-Skyd-Job-Id": str(job_id)})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        if note:
+            await resp.write(f"skyd: {note}\n".encode())
         kw: dict[str, Any] = {"follow": follow, "tail": tail}
         if node is not None:
             kw["node"] = node
@@ -97,6 +101,8 @@ async def _refresh(ctx: Any, request: Any) -> Any:
     body = ctx.body or {}
     names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
     await leaks.leak_pass(ctx.store, names)  # half-made attempts nobody is finishing
+    if not body.get("clusters"):
+        await leaks.orphan_pass(ctx.store)  # labelled objects no cluster row knows
     out = []
     for name in names:
         row = await lifecycle.refresh_cluster(ctx.store, name, repair=True)

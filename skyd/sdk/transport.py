@@ -20,6 +20,12 @@ from urllib.parse import quote, urlencode
 from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 
+REATTACH_TIMEOUT = 60.0  # how long a follower waits for a daemon that died to come back
+# What a stream shows when the daemon died under it (the chunked body cut short, the
+# socket reset or refused while reconnecting).
+STREAM_BROKEN = (http.client.IncompleteRead, http.client.RemoteDisconnected, ConnectionError,
+                 DaemonUnavailableError)
+
 
 class UnixHTTPConnection(http.client.HTTPConnection):
     """``http.client.HTTPConnection`` speaking to an AF_UNIX socket path."""
@@ -186,9 +192,49 @@ class Client:
     def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
         return str(self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {})["request_id"])
 
-    def events(self, request_id: str, follow: bool = True) -> Iterator[dict[str, Any]]:
-        return self.stream_ndjson(f"/v1/requests/{quote(request_id)}/events",
-                                  {"follow": 1 if follow else 0})
+    def events(self, request_id: str, follow: bool = True,
+               reattach_timeout: float = REATTACH_TIMEOUT) -> Iterator[dict[str, Any]]:
+        """The request's events. Following, a stream the daemon broke by dying is picked up
+        again once the daemon is back (auto-started when allowed): one ``reattach`` event
+        says so, and events already seen (by ``seq``) are not repeated. A request that
+        resumes after a restart goes on; one that cannot ends with its error event."""
+        path = f"/v1/requests/{quote(request_id)}/events"
+        params = {"follow": 1 if follow else 0}
+        if not follow:
+            yield from self.stream_ndjson(path, params)
+            return
+        last = 0
+        while True:
+            try:
+                for ev in self.stream_ndjson(path, params):
+                    seq = ev.get("seq")
+                    if isinstance(seq, int):
+                        if seq <= last:
+                            continue
+                        last = seq
+                    yield ev
+                return
+            except STREAM_BROKEN as e:
+                if last == 0 and isinstance(e, DaemonUnavailableError):
+                    raise  # never reached the daemon at all: nothing to re-attach to
+                self.close()
+                self._wait_for_daemon(reattach_timeout, e)
+                yield {"type": "reattach", "request_id": request_id,
+                       "text": f"the skyd daemon restarted; re-attached to request {request_id}"}
+
+    def _wait_for_daemon(self, timeout: float, cause: BaseException) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if socket_answers(self.socket_path, 0.5):
+                return
+            if self.autostart:
+                try:
+                    ensure_daemon(self.socket_path, timeout=max(1.0, deadline - time.monotonic()))
+                    return
+                except DaemonUnavailableError:
+                    pass
+            time.sleep(0.1)
+        raise self._unavailable(cause)
 
 
 # -- daemon control (stdlib only) -----------------------------------------------------

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyd import paths
 from skyd.errors import CredentialsError
 
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
@@ -75,17 +74,9 @@ def find_credentials() -> Credentials | None:
 
 def settings() -> dict[str, Any]:
     """The ``gcp:`` section of skyd's config.yaml (empty when absent)."""
-    p = paths.config_dir() / "config.yaml"
-    if not p.exists():
-        return {}
-    import yaml
+    from skyd.clouds.settings import section
 
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    sec = doc.get("gcp") if isinstance(doc, dict) else None
-    return dict(sec) if isinstance(sec, dict) else {}
+    return section("gcp")
 
 
 def project_id(creds: Credentials | None, conf: dict[str, Any]) -> str | None:

@@ -1,0 +1,174 @@
+"""RunPodProvisioner: one pod per node, named for the cluster's tag, found again by name.
+
+Create: ``podFindAndDeployOnDemand`` (``podRentInterruptable`` with ``bidPerGpu`` = the
+catalog's spot price for spot), in the offer's data center (the catalog's zone, e.g.
+``EU-RO-1``), SECURE or COMMUNITY cloud from the instance type (``8x_MI300X_SECURE``),
+``startSsh`` with skyd's public key as ``PUBLIC_KEY``. The SSH address is the pod's
+``runtime.ports`` entry with ``privatePort == 22`` and ``isIpPublic`` (ip + publicPort).
+Stop is ``podStop`` (the GPUs are released; a resume may land on other GPUs or none),
+start is ``podResume``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from skyd.clouds.base import (
+    NODE_PREEMPTED,
+    NODE_STOPPED,
+    ClusterHandle,
+    LogFn,
+    ProvisionRequest,
+)
+from skyd.clouds.neocloud.classify import classify
+from skyd.clouds.neocloud.gpus import provider_gpu_id
+from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
+from skyd.clouds.runpod.api import KEY_HINT, RunPodAPI, find_key
+from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
+
+NAME = "runpod"
+#: images for pods when the task names none (both start sshd from $PUBLIC_KEY)
+AMD_IMAGE = "rocm/pytorch:rocm6.2.3_ubuntu22.04_py3.10_pytorch_release_2.3.0"
+NVIDIA_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
+AMD_GPUS = ("MI300X", "MI325X", "MI355X", "MI350X", "MI250X", "MI250", "MI210")
+
+
+def parse_type(instance_type: str) -> tuple[int, str]:
+    """``8x_MI300X_SECURE`` -> (8, "SECURE")."""
+    count, _, rest = instance_type.partition("x_")
+    cloud = rest.rsplit("_", 1)[-1].upper() if "_" in rest else "SECURE"
+    try:
+        return int(count), cloud if cloud in ("SECURE", "COMMUNITY") else "SECURE"
+    except ValueError:
+        return 1, "SECURE"
+
+
+def default_image(accelerator: str | None) -> str:
+    return AMD_IMAGE if accelerator in AMD_GPUS else NVIDIA_IMAGE
+
+
+def to_vm(pod: dict[str, Any]) -> VM:
+    st = str(pod.get("desiredStatus") or "")
+    host, port = "", 22
+    for p in ((pod.get("runtime") or {}).get("ports") or []):
+        if int(p.get("privatePort") or 0) == 22 and p.get("isIpPublic"):
+            host, port = str(p.get("ip") or ""), int(p.get("publicPort") or 22)
+    if st == "RUNNING":
+        state = RUNNING if host else PENDING
+    elif st in ("EXITED", "STOPPED"):
+        state = STOPPED
+    elif st in ("TERMINATED", "DEAD", "FAILED"):
+        state = FAILED
+    else:
+        state = PENDING
+    return VM(id=str(pod["id"]), name=str(pod.get("name") or ""), state=state, host=host,
+              port=port, internal=host, raw=pod)
+
+
+class RunPodProvisioner(VMProvisioner):
+    NAME = NAME
+    ssh_user = "root"
+    poll_env = "SKYD_RUNPOD_POLL_S"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._api: RunPodAPI | None = None
+
+    async def api(self) -> RunPodAPI:
+        if self._api is None:
+            key, where = await anyio.to_thread.run_sync(find_key)
+            if not key:
+                raise CredentialsError("no RunPod API key found", hint=KEY_HINT)
+            self._api = RunPodAPI(key, where)
+        return self._api
+
+    async def list_vms(self, tag: str, region: str | None) -> list[VM]:
+        api = await self.api()
+        return [to_vm(p) for p in await api.pods() if of_tag(str(p.get("name") or ""), tag)]
+
+    async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
+        off = req.offering
+        count, cloud_type = parse_type(off.instance_type)
+        gpu = provider_gpu_id(NAME, off.accelerator or "") if off.accelerator else None
+        if off.accelerator and gpu is None:
+            raise ResourcesUnavailableError(
+                f"runpod: no RunPod GPU id is known for {off.accelerator}", scope="cloud")
+        image = req.image_id or default_image(off.accelerator)
+        if image.startswith("docker:"):
+            image = image[len("docker:"):]
+        ports = ",".join(["22/tcp", *(f"{p}/tcp" for p in req.ports)])
+        inp: dict[str, Any] = {
+            "name": name, "imageName": image, "gpuTypeId": gpu, "gpuCount": count,
+            "cloudType": cloud_type, "containerDiskInGb": req.disk_size or 50, "volumeInGb": 0,
+            "ports": ports, "startSsh": True, "supportPublicIp": True,
+            "env": [{"key": "PUBLIC_KEY", "value": public_key},
+                    {"key": "SKYD_CLUSTER_TAG", "value": req.cluster_tag}],
+        }
+        if off.zone:
+            inp["dataCenterId"] = off.zone
+        if off.vcpus:
+            inp["minVcpuCount"] = int(off.vcpus)
+        if off.memory_gib:
+            inp["minMemoryInGb"] = int(off.memory_gib)
+        if req.use_spot:
+            bid = off.spot_price if off.spot_price else None
+            if bid is None:
+                raise ResourcesUnavailableError(f"runpod: {off.instance_type} has no spot price",
+                                                scope="zone")
+            inp["bidPerGpu"] = round(float(bid) / max(1, count), 4)
+        api = await self.api()
+        await api.deploy(inp, spot=req.use_spot)
+
+    async def delete_vm(self, vm: VM) -> None:
+        api = await self.api()
+        try:
+            await api.terminate(vm.id)
+        except APIError as e:
+            if "not found" not in e.message.lower() and e.status != 404:
+                raise
+
+    async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
+        if req.num_nodes > 1:
+            # pods share no private network (their SSH address is a proxy's): the node
+            # agents of a multi-node job could not reach each other
+            raise ResourcesUnavailableError(
+                f"runpod: {req.num_nodes} nodes asked for, but RunPod pods share no network "
+                "between them; runpod serves single-node clusters", scope="cloud",
+                field="num_nodes", hint="use one node with more GPUs, or another infra")
+        return await super().provision(req, log)
+
+    async def query(self, handle: ClusterHandle) -> list[str]:
+        """As the base, but a spot pod found stopped was interrupted (skyd never stops spot
+        pods): it is terminated here (an EXITED pod keeps its disk, billed) and reported
+        preempted."""
+        states = await super().query(handle)
+        if handle.use_spot and NODE_STOPPED in states:
+            for v in await self.list_vms(handle.cluster_tag, handle.region):
+                if v.state == STOPPED:
+                    await self.delete_vm(v)
+            states = [NODE_PREEMPTED if s == NODE_STOPPED else s for s in states]
+        return states
+
+    async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
+        if handle.use_spot:
+            raise ClusterStateError(
+                f"cluster {handle.cluster_name!r} runs on RunPod spot (interruptible) pods, "
+                "which cannot be stopped and resumed", hint="use `skyd down`")
+        await super().stop(handle, log)
+
+    async def stop_vm(self, vm: VM) -> None:
+        await (await self.api()).stop(vm.id)
+
+    async def start_vm(self, vm: VM) -> None:
+        await (await self.api()).resume(vm.id, int(vm.raw.get("gpuCount") or 1))
+
+    def classify(self, e: APIError, where: str, has_zone: bool) -> SkydError:
+        return classify(e, where=where, has_zone=has_zone, cred_hint=KEY_HINT)
+
+    async def close(self) -> None:
+        await super().close()
+        if self._api is not None:
+            await self._api.close()

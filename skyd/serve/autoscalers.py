@@ -1,0 +1,101 @@
+"""Autoscalers in a registry: each turns what it sees into a decision (target replica
+count + why). `autoscaler_for(policy)` picks by the replica_policy:
+
+- ``fixed``: min_replicas, always (no target_qps_per_replica, or min == max).
+- ``request_rate``: ceil(qps / target_qps_per_replica) (+ num_overprovision), clamped to
+  [min, max], with hysteresis: it moves up only after the wish held for
+  upscale_delay_seconds, down only after downscale_delay_seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: int
+    reason: str
+    inputs: dict[str, Any]
+
+
+class Autoscaler:
+    name = ""
+
+    def __init__(self, policy: dict[str, Any], current: int) -> None:
+        self.policy = policy
+        self.min = int(policy.get("min_replicas") or 0)
+        mx = policy.get("max_replicas")
+        self.max = int(mx) if mx is not None else self.min
+        self.target = max(self.min, min(self.max, current))
+
+    def decide(self, now: float, qps: float) -> Decision:
+        raise NotImplementedError
+
+
+class Fixed(Autoscaler):
+    name = "fixed"
+
+    def decide(self, now: float, qps: float) -> Decision:
+        self.target = self.min
+        return Decision(self.min, "fixed replica count", {"min_replicas": self.min})
+
+
+def _qps_target(v: Any) -> float:
+    if isinstance(v, dict):  # per accelerator: the smallest is the conservative divisor
+        vals = [float(x) for x in v.values() if float(x) > 0]
+        return min(vals) if vals else 1.0
+    return float(v)
+
+
+class RequestRate(Autoscaler):
+    name = "request_rate"
+
+    def __init__(self, policy: dict[str, Any], current: int) -> None:
+        super().__init__(policy, current)
+        self.per = _qps_target(policy.get("target_qps_per_replica") or 1)
+        self.up_delay = float(policy.get("upscale_delay_seconds") or 0)
+        self.down_delay = float(policy.get("downscale_delay_seconds") or 0)
+        self.over = int(policy.get("num_overprovision") or 0)
+        self._up_since: float | None = None
+        self._down_since: float | None = None
+
+    def decide(self, now: float, qps: float) -> Decision:
+        want = max(self.min, min(self.max, math.ceil(qps / self.per) if self.per > 0 else self.min))
+        inputs = {"qps": round(qps, 3), "target_qps_per_replica": self.per, "wish": want,
+                  "current": self.target}
+        reason = "steady"
+        if want > self.target:
+            self._down_since = None
+            self._up_since = now if self._up_since is None else self._up_since
+            if now - self._up_since >= self.up_delay:
+                reason = f"upscale {self.target} -> {want} (qps {qps:.2f})"
+                self.target, self._up_since = want, None
+            else:
+                reason = f"upscale to {want} in {self.up_delay - (now - self._up_since):.0f}s"
+        elif want < self.target:
+            self._up_since = None
+            self._down_since = now if self._down_since is None else self._down_since
+            if now - self._down_since >= self.down_delay:
+                reason = f"downscale {self.target} -> {want} (qps {qps:.2f})"
+                self.target, self._down_since = want, None
+            else:
+                reason = f"downscale to {want} in {self.down_delay - (now - self._down_since):.0f}s"
+        else:
+            self._up_since = self._down_since = None
+        return Decision(self.target + self.over, reason, inputs)
+
+
+AUTOSCALERS: dict[str, Callable[[dict[str, Any], int], Autoscaler]] = {
+    "fixed": Fixed, "request_rate": RequestRate,
+}  # fmt: skip
+
+
+def autoscaler_for(policy: dict[str, Any], current: int) -> Autoscaler:
+    mx = policy.get("max_replicas")
+    if policy.get("target_qps_per_replica") is None or mx is None or mx == policy.get("min_replicas"):
+        return AUTOSCALERS["fixed"](policy, current)
+    return AUTOSCALERS["request_rate"](policy, current)

@@ -1,0 +1,79 @@
+"""Helpers for the neocloud tests (no tests in here): the environment that points each
+provider at its fake, and the in-process harness (one SKYD_HOME, so the agent zipapp is
+built once; the network guard on; nothing left on the fake afterwards)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skyd.clouds.base import Cloud, ProvisionRequest
+from skyd.clouds.catalog import load_catalog
+from skyd.clouds.offering import Offering
+from tests.fakes.neobase import NeoFake
+from tests.test_gcp_support import netguard
+
+POLL = "0.05"
+
+
+def runpod_env(fake: Any, key: str | None = None) -> dict[str, str]:
+    return {"RUNPOD_API_KEY": key or next(iter(fake.keys)), "SKYD_RUNPOD_API_URL": fake.api_url,
+            "SKYD_RUNPOD_POLL_S": POLL, "RUNPOD_CONFIG": "/nonexistent/runpod.toml"}
+
+
+def vultr_env(fake: Any, key: str | None = None) -> dict[str, str]:
+    return {"VULTR_API_KEY": key or next(iter(fake.keys)), "SKYD_VULTR_API_URL": fake.api_url,
+            "SKYD_VULTR_POLL_S": POLL, "SKYD_VULTR_SSH_PORT": str(fake.ssh_port)}
+
+
+def hotaisle_env(fake: Any, key: str | None = None) -> dict[str, str]:
+    return {"HOTAISLE_API_KEY": key or next(iter(fake.keys)), "HOTAISLE_TEAM": fake.team,
+            "SKYD_HOTAISLE_API_URL": fake.api_url, "SKYD_HOTAISLE_POLL_S": POLL,
+            "SKYD_HOTAISLE_SSH_PORT": str(fake.ssh_port)}
+
+
+def offer(cloud: str, itype: str, region: str | None = None) -> Offering:
+    for o in load_catalog().by_cloud(cloud):
+        if o.instance_type == itype and (region is None or o.region == region):
+            return o
+    raise AssertionError(f"no {cloud} row {itype}")
+
+
+def request(name: str, off: Offering, *, n: int = 1, spot: bool = False, **kw: Any) -> ProvisionRequest:
+    return ProvisionRequest(cluster_name=name, num_nodes=n, offering=off, use_spot=spot,
+                            token="tok-" + name, tag=f"{name}-abc123", **kw)
+
+
+@asynccontextmanager
+async def in_process(cloud_cls: type[Cloud], fake: NeoFake, env: dict[str, str], home: Path,
+                     tmp: Path, mp: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    for k, v in env.items():
+        mp.setenv(k, v)
+    mp.setenv("SKYD_HOME", str(home))
+    mp.setenv("SKYD_CONFIG_DIR", str(tmp / "config"))
+    fake.clear()
+    before = len(netguard.VIOLATIONS)
+    c = cloud_cls()
+    try:
+        yield c
+    finally:
+        await c.close()
+        fake.clear()
+    assert netguard.VIOLATIONS[before:] == []
+    assert fake.live() == [], fake.live()
+
+
+async def healthy(cloud: Cloud, handle: Any) -> bool:
+    from skyd.nodeagent.client import AgentClient
+
+    for rank in range(len(handle.nodes)):
+        host, port = await cloud.provisioner().agent_endpoint(handle, rank)
+        assert host.startswith("127.")
+        async with AgentClient(host, port, handle.token) as c:
+            if not await c.health(timeout=10):
+                return False
+    return True

@@ -1,0 +1,114 @@
+"""The vultr driver against the fake API v2 (tests/fakes/vultr.py), in this process: bare
+metal and GPU VM bodies (plan, region, label, uploaded SSH key, OS), halt/start, each
+refusal's failover scope, Retry-After, the credential checks and the catalog fetcher.
+Servers are fake SSH hosts on 127.0.0.x with real node agents; nothing outside 127.0.0.0/8
+is reached."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from skyd.clouds.base import NODE_RUNNING, NODE_STOPPED, NODE_TERMINATED
+from skyd.clouds.offering import Offering
+from skyd.clouds.vultr.cloud import VultrCloud
+from skyd.errors import CredentialsError, ResourcesUnavailableError
+from tests.fakes.vultr import FakeVultr
+from tests.test_neocloud_support import healthy, in_process, offer, request, vultr_env
+
+pytestmark = pytest.mark.anyio
+MI8 = "vbm-256c-2048gb-8-mi300x-gpu"
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeVultr]:
+    f = FakeVultr(tmp_path_factory.mktemp("vultr"), first_ip=90).start()
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vuhome")
+
+
+@pytest.fixture
+async def cloud(fake: FakeVultr, home: Path, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[VultrCloud]:
+    async with in_process(VultrCloud, fake, vultr_env(fake), home, tmp_path, monkeypatch) as c:
+        yield c
+
+
+async def test_mi300x_bare_metal_then_halt_start_delete(cloud: VultrCloud, fake: FakeVultr) -> None:
+    p = cloud.provisioner()
+    h = await p.provision(request("vu1", offer("vultr", MI8)), lambda _: None)
+    (body,) = fake.creates
+    assert body["_kind"] == "bare-metals" and body["plan"] == MI8 and body["region"] == "ord"
+    assert body["os_id"] == 1743 and body["label"].startswith("skyd-vu1-")
+    assert body["tags"] == ["skyd-cluster=vu1-abc123"] and len(fake.ssh_keys) == 1
+    assert h.accelerators == {"MI300X": 8.0} and h.hourly_cost == pytest.approx(17.52)
+    assert await healthy(cloud, h) and await p.query(h) == [NODE_RUNNING]
+    await p.stop(h, lambda _: None)
+    assert await p.query(h) == [NODE_STOPPED]
+    h = await p.start(h, lambda _: None)
+    assert await p.query(h) == [NODE_RUNNING] and await healthy(cloud, h)
+    await p.terminate(h, lambda _: None)
+    assert await p.query(h) == [NODE_TERMINATED]
+    # the key is uploaded once
+    h = await p.provision(request("vu2", offer("vultr", MI8)), lambda _: None)
+    assert len(fake.ssh_keys) == 1
+    await p.terminate(h, lambda _: None)
+
+
+async def test_gpu_vm_goes_to_instances(cloud: VultrCloud, fake: FakeVultr) -> None:
+    fake.gpu = "h100x8"
+    off = Offering("vultr", "vcg-h100-16c-240g-80vram", "H100", 1.0, 16, 240, "ewr", None, 2.99, None)
+    p = cloud.provisioner()
+    h = await p.provision(request("vuvm", off, image_id="2284"), lambda _: None)
+    assert fake.creates[-1]["_kind"] == "instances" and fake.creates[-1]["os_id"] == 2284
+    await p.terminate(h, lambda _: None)
+
+
+async def test_no_capacity_is_a_region_failure_and_nothing_is_left(cloud: VultrCloud, fake: FakeVultr) -> None:
+    fake.no_capacity.add("ord")
+    req = request("vufull", offer("vultr", MI8))
+    with pytest.raises(ResourcesUnavailableError) as ei:
+        await cloud.provisioner().provision(req, lambda _: None)
+    assert ei.value.scope == "region" and "not available" in str(ei.value.provider_message)
+    await cloud.provisioner().forget(req.partial())
+
+
+async def test_retry_after_is_honoured(cloud: VultrCloud, fake: FakeVultr) -> None:
+    p = cloud.provisioner()
+    fake.rate_limit(3, "0.1")
+    h = await p.provision(request("vurl", offer("vultr", MI8)), lambda _: None)
+    assert (await p.api()).http.waited_s >= 0.3
+    await p.terminate(h, lambda _: None)
+
+
+async def test_wrong_or_missing_key(fake: FakeVultr, home: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    async with in_process(VultrCloud, fake, vultr_env(fake, key="bad"), home, tmp_path, monkeypatch) as c:
+        ok, why = await c.check()
+        assert not ok and "refused" in why and "VULTR_API_KEY" in why, why
+        with pytest.raises(CredentialsError):
+            await c.provisioner().provision(request("vubad", offer("vultr", MI8)), lambda _: None)
+    monkeypatch.delenv("VULTR_API_KEY")
+    ok, why = await VultrCloud().check()
+    assert not ok and "VULTR_API_KEY" in why, why
+
+
+async def test_catalog_refresh_reads_metal_and_gpu_plans(cloud: VultrCloud, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyd.clouds.catalog import clear_catalog_cache
+    from skyd.clouds.catalog_refresh import refresh_catalog
+
+    monkeypatch.setenv("SKYD_HOME", str(tmp_path / "home"))
+    text = (await refresh_catalog("vultr")).read_text()
+    assert "vbm-256c-2048gb-8-mi300x-gpu,MI300X,8" in text and "17.52,14.72" in text
+    assert "vcg-a100-12c-120g-80vram,A100,1" in text and "vbm-4c-32gb" not in text
+    clear_catalog_cache()
