@@ -20,6 +20,7 @@ PROVIDERS: dict[str, str] = {
     "ssh": "skyd.clouds.ssh.cloud:SSHCloud",
     "aws": "skyd.clouds.aws.cloud:AWSCloud",
     "gcp": "skyd.clouds.gcp.cloud:GCPCloud",
+    "slurm": "skyd.clouds.slurm.cloud:SlurmCloud",
     "runpod": "skyd.clouds.runpod.cloud:RunPodCloud",
     "vultr": "skyd.clouds.vultr.cloud:VultrCloud",
     "hotaisle": "skyd.clouds.hotaisle.cloud:HotAisleCloud",

@@ -46,6 +46,13 @@ def run_list(args: argparse.Namespace) -> int:
     from skyd.clouds.catalog import load_catalog
     from skyd.solver import gpu_listing
 
+    if args.infra and args.infra.split("/")[0] == "slurm":  # live, from the clusters' scontrol
+        import anyio
+
+        from skyd.clouds.slurm.gpus import gpu_rows, print_rows
+
+        _, _, only = args.infra.partition("/")
+        return print_rows(anyio.run(gpu_rows, only or None), args.output == "json")
     infra = str(args.infra or "")
     if infra.split("/", 1)[0] in ("k8s", "kubernetes"):
         return _run_k8s(args, infra.partition("/")[2] or None)

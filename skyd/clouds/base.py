@@ -117,6 +117,9 @@ class ProvisionRequest:
     labels: tuple[tuple[str, str], ...] = ()
     token: str = ""
     tag: str = ""  # put on every object created (empty: the cluster name)
+    # Set by the pipeline: a provider may report why the cluster is not up yet (e.g. a
+    # scheduler's pending reason); shown as the INIT row's status reason.
+    on_status: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def cluster_tag(self) -> str:

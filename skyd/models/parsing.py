@@ -59,6 +59,11 @@ def parse_infra(infra: str) -> tuple[str | None, str | None, str | None]:
         region = rest or None
         if cloud == "local" and region:
             fail(f"infra 'local' takes no region, got {infra!r}", "write just 'local'")
+        if cloud == "slurm" and region and "/" in region:  # slurm/<cluster>/<partition>
+            cl, _, part = region.partition("/")
+            if not cl or not part or "/" in part:
+                fail(f"malformed infra {infra!r}", "use slurm[/<cluster>[/<partition>]]")
+            return cloud, cl, part
         return cloud, region, None
     parts = rest.split("/") if rest else []
     if len(parts) > 2 or any(p == "" for p in parts):

@@ -17,6 +17,7 @@ last plan lists every attempt and why it failed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from dataclasses import dataclass
@@ -189,6 +190,11 @@ async def _attempt(
     store = ctx.store
     cloud = get_cloud(choice.offering.cloud)
     req = build_request(task, name, tag, choice, token)
+
+    async def on_status(reason: str) -> None:
+        await cdb.set_status(store, name, cdb.INIT, reason)
+
+    req = dataclasses.replace(req, on_status=on_status)
     partial = req.partial()
     await ctx.stage("PROVISION", "start", target=choice.describe())
     await cdb.insert_init(store, name, request_id=ctx.request_id, resources=choice.public(),
