@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyd import paths
 from skyd.errors import InvalidSpecError, NotFoundError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -125,17 +124,9 @@ def get_cluster(name: str, clusters: dict[str, SlurmCluster], path: Path | None 
 
 
 def _settings() -> dict[str, Any]:
-    p = paths.config_dir() / "config.yaml"
-    if not p.exists():
-        return {}
-    import yaml
+    from skyd.clouds.settings import section
 
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    sec = doc.get("slurm") if isinstance(doc, dict) else None
-    return dict(sec) if isinstance(sec, dict) else {}
+    return section("slurm")
 
 
 def sbatch_options(cluster: str, settings: dict[str, Any] | None = None) -> dict[str, str]:
