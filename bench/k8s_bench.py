@@ -138,6 +138,12 @@ def main() -> None:
             xs.append((time.perf_counter() - t0) * 1000)
         print(fmt("skyd show-gpus --infra k8s, CLI wall, daemon up (process start included)", xs))
         print("  " + "\n  ".join(out.stdout.strip().splitlines()[:5]))
+        ys = []  # the floor on this machine: CLI start + one daemon round trip
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "skyd.cli.main", "status"], capture_output=True, check=True)
+            ys.append((time.perf_counter() - t0) * 1000)
+        print(fmt("baseline: skyd status, CLI wall, daemon up", ys))
     finally:
         subprocess.run([sys.executable, "-m", "skyd.cli.main", "daemon", "stop"], capture_output=True)
         for k in big:
