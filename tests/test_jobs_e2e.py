@@ -174,3 +174,4 @@ def test_jobs_launch_plans_with_the_callers_catalog_dir(daemon: Any, skyd_home: 
         con.close()
     assert [d.get("catalog_dir") for d in dags] == [str(cat)], dags
     assert _watch(jid, {"SUCCEEDED", "FAILED", "FAILED_NO_RESOURCE"})[-1] == "SUCCEEDED"
+    _no_clusters_left(skyd_home)
