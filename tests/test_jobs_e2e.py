@@ -141,3 +141,37 @@ def test_pipeline_runs_tasks_in_order_each_on_its_own_cluster(daemon: Any, skyd_
     assert out.read_text().split() == ["prep", "train"]
     assert _job(jid)["current_task"] == 1
     _no_clusters_left(skyd_home)
+
+
+def test_jobs_launch_plans_with_the_callers_catalog_dir(daemon: Any, skyd_home: Path,
+                                                        tmp_path: Path) -> None:
+    """The daemon runs without SKYD_CATALOG_DIR; the shell that submits has it. A folder
+    that is not there is refused at submit (exit 2, nothing made); a real one is kept
+    with the job so its launch and every recovery plan over the same catalogs."""
+    import json
+    import os
+    import sqlite3
+
+    f = tmp_path / "cat-job.yaml"
+    f.write_text("name: cat-job\nrun: echo hi\n")
+    r = cli("jobs", "launch", "-d", "-o", "json", str(f),
+            env={"SKYD_CATALOG_DIR": str(tmp_path / "nope")})
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "SKYD_CATALOG_DIR" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    cat = tmp_path / "mine"
+    cat.mkdir()
+    (cat / "runpod.csv").write_text(
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Region,"
+        "AvailabilityZone,Price,SpotPrice\ncpu-tiny,,,2,8,,CA,CA-MTL-1,0.01,\n")
+    assert "SKYD_CATALOG_DIR" not in os.environ
+    r = cli("jobs", "launch", "-d", "-o", "json", str(f), env={"SKYD_CATALOG_DIR": str(cat)})
+    assert r.returncode == 0, r.stderr
+    jid = int(json.loads(r.stdout)["job_id"])
+    con = sqlite3.connect(skyd_home / "state.db", timeout=30)
+    try:
+        dags = [json.loads(d) for (d,) in con.execute("SELECT dag FROM managed_jobs")]
+    finally:
+        con.close()
+    assert [d.get("catalog_dir") for d in dags] == [str(cat)], dags
+    assert _watch(jid, {"SUCCEEDED", "FAILED", "FAILED_NO_RESOURCE"})[-1] == "SUCCEEDED"
+    _no_clusters_left(skyd_home)

@@ -152,6 +152,25 @@ def test_show_gpus_per_context(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> N
     assert "b-lab" in r.stdout and "a-lab" not in r.stdout and "8 of 8 free" in r.stdout, r.stdout
 
 
+def test_show_gpus_k8s_is_served_by_the_warm_daemon(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+    """The daemon answers GET /v1/gpus/k8s[?context=]; the CLI asks it and never imports
+    the kubernetes client itself (that import is most of a cold CLI's wall)."""
+    import json
+    import subprocess
+    import sys
+
+    rows = Client().get("/v1/gpus/k8s", {"context": "a-lab"})
+    assert [(x["context"], x["accelerator"], x["free"]) for x in rows] == [("a-lab", "MI300X", 8)]
+    code = ("import sys\nfrom skyd.cli.main import main\nrc = main(['show-gpus', '--infra', 'k8s',"
+            " '-o', 'json'])\nprint('K8S-IMPORTED' if 'kubernetes_asyncio' in sys.modules else 'NO-K8S')\n"
+            "sys.exit(rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out, _, marker = r.stdout.strip().rpartition("\n")
+    assert marker == "NO-K8S", r.stdout
+    assert {x["context"] for x in json.loads(out)} == {"a-lab", "b-lab"}
+
+
 def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
     env: GEnv, kubes: tuple[FakeKube, FakeKube], tmp_path: Path
 ) -> None:

@@ -246,3 +246,25 @@ def test_old_rows_with_bad_names_are_removable(env: Env) -> None:
     assert (outside / "keep").exists()  # outside the sandboxes: never deleted
     assert not env.cluster_dir("good-one").exists()
     assert (env.home / "local").is_dir()
+
+
+def test_old_rows_with_odd_names_can_be_queried(env: Env) -> None:
+    """Cluster names from before the name rule (`a b`, `a/b`, `a?b#c`) reach their own
+    row through queue and logs (CLI and SDK): every path segment is quoted."""
+    db = env.home / "state.db"
+    odd = ("a b", "a/b", "q?x#y", "p%2Fq")
+    for n in odd:
+        _insert_row(db, n)
+    try:
+        for n in odd:
+            r = cli("queue", "-o", "json", n)
+            assert r.returncode == 0, (n, r.stdout, r.stderr)
+            assert [q["cluster"] for q in json.loads(r.stdout)] == [n]
+            r = cli("logs", "--status", n)
+            assert "not found" not in (r.stdout + r.stderr).lower(), (n, r.stdout, r.stderr)
+        from skyd import sdk
+
+        assert sdk.queue("a/b") == []
+    finally:
+        for n in odd:
+            cli("down", "-y", n)

@@ -112,3 +112,21 @@ async def test_catalog_refresh_reads_metal_and_gpu_plans(cloud: VultrCloud, tmp_
     assert "vbm-256c-2048gb-8-mi300x-gpu,MI300X,8" in text and "17.52,14.72" in text
     assert "vcg-a100-12c-120g-80vram,A100,1" in text and "vbm-4c-32gb" not in text
     clear_catalog_cache()
+
+
+async def test_amd_launch_log_names_the_image_and_how_to_set_a_rocm_one(
+        cloud: VultrCloud, fake: FakeVultr) -> None:
+    """Vultr documents no ROCm image for its AMD plans: the launch log says which OS it
+    used and how to pick a ROCm image; a chosen image is named without the advice."""
+    p = cloud.provisioner()
+    lines: list[str] = []
+    h = await p.provision(request("vur", offer("vultr", MI8)), lines.append)
+    await p.terminate(h, lambda _: None)
+    (note,) = [ln for ln in lines if "Image:" in ln]
+    assert "os_id 1743" in note and "ROCm" in note and "image_id" in note and "vultr.os_id" in note
+    lines.clear()
+    h = await p.provision(request("vur2", offer("vultr", MI8), image_id="rocm-snap-1"), lines.append)
+    await p.terminate(h, lambda _: None)
+    (note,) = [ln for ln in lines if "Image:" in ln]
+    assert "rocm-snap-1" in note and "ROCm" not in note.replace("rocm-snap-1", "")
+    assert fake.creates[-1]["image_id"] == "rocm-snap-1"

@@ -150,7 +150,9 @@ def run_queue(args: argparse.Namespace) -> int:
     client = get_client()
     names = args.clusters or [r["name"] for r in client.get("/v1/status")]
     params = {"skip_finished": "1"} if args.skip_finished else None
-    out = [client.get(f"/v1/clusters/{n}/queue", params) for n in names]
+    from urllib.parse import quote
+
+    out = [client.get(f"/v1/clusters/{quote(n, safe='')}/queue", params) for n in names]
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -173,7 +175,10 @@ def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
 
     client = get_client()
-    path = f"/v1/clusters/{args.cluster}/" + (f"jobs/{args.job_id}/logs" if args.job_id else "logs")
+    from urllib.parse import quote
+
+    path = f"/v1/clusters/{quote(args.cluster, safe='')}/" + (
+        f"jobs/{quote(str(args.job_id), safe='')}/logs" if args.job_id else "logs")
     if args.status:
         r = client.get(path, {"status_only": "1"})
         print(f"Job {r['job_id']}: {r['status']}")

@@ -1,7 +1,7 @@
 """skyd show-gpus / skyd gpus list / skyd catalog refresh.
 
 Answered in the CLI process from the catalogs (no daemon needed): loading and indexing
-the bundled catalogs takes ~15 ms.
+the bundled catalogs takes ~15 ms. ``--infra k8s`` asks the daemon (GET /v1/gpus/k8s).
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def _enabled(cat: Any) -> set[str]:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    infra = str(args.infra or "")
+    if infra.split("/", 1)[0] in ("k8s", "kubernetes"):  # before the catalog imports
+        return _run_k8s(args, infra.partition("/")[2] or None)
     from skyd.clouds.catalog import load_catalog
     from skyd.solver import gpu_listing
 
@@ -53,9 +56,6 @@ def run_list(args: argparse.Namespace) -> int:
 
         _, _, only = args.infra.partition("/")
         return print_rows(anyio.run(gpu_rows, only or None), args.output == "json")
-    infra = str(args.infra or "")
-    if infra.split("/", 1)[0] in ("k8s", "kubernetes"):
-        return _run_k8s(args, infra.partition("/")[2] or None)
     name, count = None, None
     if args.accelerator:
         name, _, cnt = args.accelerator.partition(":")
@@ -115,21 +115,12 @@ def run_refresh(args: argparse.Namespace) -> int:
 
 
 def _run_k8s(args: argparse.Namespace, context: str | None) -> int:
-    """show-gpus --infra k8s[/<context>]: free and total GPUs per context, from the API."""
-    import anyio
+    """show-gpus --infra k8s[/<context>]: free and total GPUs per context, asked of the
+    daemon (started if needed), whose kubernetes client is already loaded and connected."""
+    from skyd.cli.client import get_client
 
-    from skyd.clouds.kubernetes.cloud import KubernetesCloud
-
-    async def table() -> list[dict[str, Any]]:
-        cloud = KubernetesCloud()
-        try:
-            return await cloud.gpu_table()
-        finally:
-            await cloud.close()
-
-    rows = anyio.run(table)
-    if context:
-        rows = [r for r in rows if r["context"] == context]
+    rows: list[dict[str, Any]] = list(get_client().get("/v1/gpus/k8s",
+                                                       {"context": context} if context else None))
     if args.accelerator:
         want = args.accelerator.partition(":")[0].upper()
         rows = [r for r in rows if r.get("accelerator") and r["accelerator"].upper() == want]

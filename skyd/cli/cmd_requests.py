@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+from urllib.parse import quote
 
 from skyd.cli.output import add_output_flag
 
@@ -81,7 +82,7 @@ def run_get(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
     from skyd.cli.output import print_json
 
-    row = get_client().get(f"/v1/requests/{args.id}")
+    row = get_client().get(f"/v1/requests/{quote(args.id, safe='')}")
     if args.output == "json":
         print_json(row)
         return 0
@@ -129,7 +130,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_cancel(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
 
-    out = get_client().delete(f"/v1/requests/{args.id}")
+    out = get_client().delete(f"/v1/requests/{quote(args.id, safe='')}")
     if args.output == "json":
         from skyd.cli.output import print_json
 

@@ -77,12 +77,13 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from skyd.cli.secret_flags import collect_secrets
-    from skyd.sdk.payloads import job_name, read_task_file
+    from skyd.sdk.payloads import catalog_dir, job_name, read_task_file
 
     payload: dict[str, Any] = {
         "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),
         "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
+        "catalog_dir": catalog_dir(),
     }  # fmt: skip
     first = args.entrypoint[0]
     if len(args.entrypoint) == 1 and first.endswith((".yaml", ".yml")):

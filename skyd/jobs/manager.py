@@ -91,6 +91,7 @@ class JobsManager:
         priority: int = 0,
         retry_until_up: bool = False,
         secrets_ref: str | None = None,
+        catalog_dir: str | None = None,
         request_key: str | None = None,
     ) -> int:
         """Create the job row (PENDING/WAITING) and spawn its controller (once per
@@ -99,6 +100,8 @@ class JobsManager:
         dag_name, dag = build_dag(docs, envs=envs, override=job_recovery)
         if secrets_ref:
             dag["secrets_ref"] = secrets_ref
+        if catalog_dir:  # the submitter's SKYD_CATALOG_DIR: every recovery plans with it
+            dag["catalog_dir"] = catalog_dir
         strategy = dag_strategy(dag)
         get_strategy(strategy)  # unknown names fail here, before a row exists
         for t in dag["tasks"]:

@@ -61,6 +61,7 @@ class TaskSpec:
     zone_pinned: bool = False
     pin: Block | None = None  # set by a recovery strategy: stay inside this location
     secrets_ref: str | None = None  # the job's secrets file (skyd.jobs.job_secrets)
+    catalog_dir: str | None = None  # the submitter's SKYD_CATALOG_DIR (None: the daemon's)
 
 
 @dataclass(frozen=True, slots=True)

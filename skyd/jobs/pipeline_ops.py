@@ -94,7 +94,7 @@ class PipelineClusterOps:
                 blocks = [planner.Block(cloud=b.cloud or "", region=b.region, zone=b.zone)
                           for b in blocked if b.cloud]
                 handle = await _provision_blocked(ctx, t, cluster_name, blocks, _provision,
-                                                  pin=task.pin)
+                                                  pin=task.pin, catalog_dir=task.catalog_dir)
                 prov = get_cloud(handle.cloud).provisioner()
             backend = AgentBackend(prov)
             if t.workdir:
@@ -202,11 +202,12 @@ class PipelineClusterOps:
 
 
 async def _provision_blocked(
-    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any, pin: Block | None = None
+    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any, pin: Block | None = None,
+    catalog_dir: str | None = None,
 ) -> Any:
     """The pipeline's OPTIMIZE+PROVISION, starting from the controller's blocked locations
     and staying inside `pin` (cloud / region / zone; None parts mean any)."""
-    payload: dict[str, Any] = {"blocked": blocks}
+    payload: dict[str, Any] = {"blocked": blocks, "catalog_dir": catalog_dir}
     if pin is not None and pin.cloud:
         payload["pin"] = {"cloud": pin.cloud, "region": pin.region, "zone": pin.zone}
     return await provision(ctx, task, name, payload)

@@ -155,6 +155,7 @@ def task_spec(row: dict[str, Any], dag: dict[str, Any], task_index: int, attempt
         region_pinned=bool(entry.get("region_pinned")),
         zone_pinned=bool(entry.get("zone_pinned")),
         secrets_ref=dag.get("secrets_ref"),
+        catalog_dir=dag.get("catalog_dir"),
     )
 
 

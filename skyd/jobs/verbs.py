@@ -133,6 +133,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
             priority=int(payload.get("priority") or 0),
             retry_until_up=bool(payload.get("retry_until_up")),
             secrets_ref=ref,
+            catalog_dir=payload.get("catalog_dir") or None,
             request_key=f"jobs.launch:{ctx.request_id}",
         )
     except BaseException:
@@ -150,6 +151,11 @@ async def check_jobs_launch(payload: dict[str, Any]) -> None:
 
     check_optional_name(payload.get("name"), kind="managed job", field="name")
     number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
+    cat = payload.get("catalog_dir")
+    if cat is not None and not (isinstance(cat, str) and await anyio.Path(cat).is_dir()):
+        raise InvalidSpecError(f"SKYD_CATALOG_DIR {cat!r} is not a directory",
+                               field="SKYD_CATALOG_DIR",
+                               hint="point it at a folder of <cloud>.csv files, or unset it")
     docs = await anyio.to_thread.run_sync(_check_docs, payload)
     if not payload.get("name"):
         first = docs[0] if docs else {}

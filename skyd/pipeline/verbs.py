@@ -132,6 +132,15 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
     return {"clusters": rows, "total_cost": sum(r["cost"] for r in rows)}
 
 
+async def _k8s_gpus(ctx: Any, request: Any) -> Any:
+    """`show-gpus --infra k8s[/<context>]`: free and total GPUs per context and accelerator,
+    listed by the daemon's warm kubernetes client (contexts from the daemon's kubeconfig,
+    as launches use). ?context= keeps one context."""
+    rows: list[dict[str, Any]] = await get_cloud("kubernetes").gpu_table()  # type: ignore[attr-defined]
+    want = request.query.get("context")
+    return [r for r in rows if r["context"] == want] if want else rows
+
+
 async def _check(ctx: Any, request: Any) -> Any:
     """Every infra this daemon knows: can it launch, is it shown in plans (`--dryrun` plans
     over every catalog), and why / how to enable it. Providers are probed now (credential
@@ -218,6 +227,7 @@ def _register() -> None:
     register_read("POST", "/v1/status/refresh", _refresh, summary="Refresh clusters from agents")
     register_read("GET", "/v1/cost-report", _cost_report, summary="Cost of clusters")
     register_read("GET", "/v1/check", _check, summary="Which infras can launch or be planned")
+    register_read("GET", "/v1/gpus/k8s", _k8s_gpus, summary="GPUs free per kubernetes context")
     on_startup(_startup)
     on_shutdown(_shutdown)
 

@@ -17,6 +17,7 @@ import os
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from skyd import paths
 from skyd.errors import SkydError, error_from_dict
@@ -115,11 +116,11 @@ def requests_ls(status: list[str] | str | None = None, verb: str | None = None,
 
 
 def requests_get(request_id: str) -> dict[str, Any]:
-    return dict(get(f"/v1/requests/{request_id}"))
+    return dict(get(f"/v1/requests/{quote(request_id, safe='')}"))
 
 
 def requests_cancel(request_id: str) -> dict[str, Any]:
-    return dict(delete(f"/v1/requests/{request_id}"))
+    return dict(delete(f"/v1/requests/{quote(request_id, safe='')}"))
 
 
 def health() -> dict[str, Any]:

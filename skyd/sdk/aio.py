@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import anyio
@@ -113,12 +114,12 @@ class AsyncClient:
 
     # -- verbs -----------------------------------------------------------------------
     async def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
-        return str((await self.post(f"/v1/requests/{verb}", payload or {}))["request_id"])
+        return str((await self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {}))["request_id"])
 
     async def stream(self, request_id: str, follow: bool = True) -> AsyncIterator[dict[str, Any]]:
         """Events from the start; the last one yielded is the terminal ``result`` or
         ``error`` event (not raised here; use :meth:`wait` or ``result_of_event``)."""
-        async for ev in self.stream_ndjson(f"/v1/requests/{request_id}/events",
+        async for ev in self.stream_ndjson(f"/v1/requests/{quote(request_id, safe='')}/events",
                                            {"follow": 1 if follow else 0}):
             yield ev
             if ev.get("type") in ("result", "error"):
@@ -153,10 +154,10 @@ class AsyncClient:
         return list(await self.get("/v1/requests", {"status": status, "verb": verb, "limit": limit}))
 
     async def requests_get(self, request_id: str) -> dict[str, Any]:
-        return dict(await self.get(f"/v1/requests/{request_id}"))
+        return dict(await self.get(f"/v1/requests/{quote(request_id, safe='')}"))
 
     async def requests_cancel(self, request_id: str) -> dict[str, Any]:
-        return dict(await self.delete(f"/v1/requests/{request_id}"))
+        return dict(await self.delete(f"/v1/requests/{quote(request_id, safe='')}"))
 
     async def health(self) -> dict[str, Any]:
         return dict(await self.get("/v1/health"))
@@ -183,7 +184,7 @@ class AsyncClient:
         return await self.submit("down", payloads.clusters_payload(clusters, all_clusters))
 
     async def queue(self, cluster_name: str) -> list[dict[str, Any]]:
-        return list((await self.get(f"/v1/clusters/{cluster_name}/queue"))["jobs"])
+        return list((await self.get(f"/v1/clusters/{quote(cluster_name, safe='')}/queue"))["jobs"])
 
     async def jobs_launch(self, task: str | os.PathLike[str] | None = None, *,
                           command: str | None = None, yaml_text: str | None = None,

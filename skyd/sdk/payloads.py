@@ -151,7 +151,7 @@ def jobs_launch_payload(source: dict[str, Any], *, name: str | None = None,
     return {**source, "name": job_name(name), "env": env or {},
             "secrets": resolve_secrets(secrets),
             "job_recovery": job_recovery, "retry_until_up": retry_until_up,
-            "priority": priority}  # fmt: skip
+            "priority": priority, "catalog_dir": catalog_dir()}  # fmt: skip
 
 
 def clusters_payload(clusters: list[str] | str | None, all_clusters: bool = False) -> dict[str, Any]:

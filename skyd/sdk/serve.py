@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 from skyd.sdk import payloads
 
@@ -45,7 +46,7 @@ def update(name: str, task: str | os.PathLike[str] | None = None, *,
 
 def status(name: str | None = None) -> Any:
     """One service (a dict) or every service (a list), each with its replicas."""
-    return _c().get(f"/v1/services/{name}") if name else list(_c().get("/v1/services"))
+    return _c().get(f"/v1/services/{quote(name, safe='')}") if name else list(_c().get("/v1/services"))
 
 
 def down(names: list[str] | str | None = None, *, all_services: bool = False) -> list[str]:
@@ -60,5 +61,5 @@ def logs(name: str, replica: int | None = None, *, follow: bool = False) -> Iter
     params: dict[str, Any] = {"follow": 1 if follow else 0}
     if replica is not None:
         params["replica"] = replica
-    for item in _c().stream_ndjson(f"/v1/services/{name}/logs", params):
+    for item in _c().stream_ndjson(f"/v1/services/{quote(name, safe='')}/logs", params):
         yield str(item.get("text", ""))

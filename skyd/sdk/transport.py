@@ -198,7 +198,7 @@ class Client:
         again once the daemon is back (auto-started when allowed): one ``reattach`` event
         says so, and events already seen (by ``seq``) are not repeated. A request that
         resumes after a restart goes on; one that cannot ends with its error event."""
-        path = f"/v1/requests/{quote(request_id)}/events"
+        path = f"/v1/requests/{quote(request_id, safe='')}/events"
         params = {"follow": 1 if follow else 0}
         if not follow:
             yield from self.stream_ndjson(path, params)

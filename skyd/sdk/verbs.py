@@ -13,8 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 from skyd.sdk import payloads
+
+
+def _q(segment: object) -> str:
+    """One URL path segment, quoted whole (old names may hold `/`, `?`, `#`, spaces)."""
+    return quote(str(segment), safe="")
 
 
 def _c() -> Any:
@@ -67,19 +73,19 @@ def cancel(cluster_name: str, job_ids: list[int] | None = None, *, all_jobs: boo
 
 def queue(cluster_name: str, *, skip_finished: bool = False) -> list[dict[str, Any]]:
     params = {"skip_finished": "1"} if skip_finished else None
-    return list(_c().get(f"/v1/clusters/{cluster_name}/queue", params)["jobs"])
+    return list(_c().get(f"/v1/clusters/{_q(cluster_name)}/queue", params)["jobs"])
 
 
 def job_status(cluster_name: str, job_id: int) -> dict[str, Any]:
-    return dict(_c().get(f"/v1/clusters/{cluster_name}/jobs/{job_id}/logs",
+    return dict(_c().get(f"/v1/clusters/{_q(cluster_name)}/jobs/{_q(job_id)}/logs",
                          {"status_only": "1"}))
 
 
 def tail_logs(cluster_name: str, job_id: int | None = None, *, follow: bool = True,
               tail: int = 0) -> Iterator[bytes]:
     """A job's output as it comes (the latest job when job_id is None)."""
-    path = (f"/v1/clusters/{cluster_name}/jobs/{job_id}/logs" if job_id is not None
-            else f"/v1/clusters/{cluster_name}/logs")
+    path = (f"/v1/clusters/{_q(cluster_name)}/jobs/{_q(job_id)}/logs" if job_id is not None
+            else f"/v1/clusters/{_q(cluster_name)}/logs")
     yield from _c().stream_bytes(path, {"follow": "1" if follow else "0", "tail": tail})
 
 

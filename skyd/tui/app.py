@@ -187,7 +187,7 @@ class SkydApp(App[None]):
 
         async def source() -> AsyncIterator[str]:
             if job_id is None:
-                stream = self.client.stream_bytes(f"/v1/clusters/{quote(cluster)}/logs",
+                stream = self.client.stream_bytes(f"/v1/clusters/{quote(cluster, safe='')}/logs",
                                                   {"follow": 1})
             else:
                 stream = self.client.job_log(cluster, job_id)
@@ -202,7 +202,7 @@ class SkydApp(App[None]):
         from skyd.tui.screens.logs import LogScreen
 
         async def source() -> AsyncIterator[str]:
-            async for ev in self.client.stream_ndjson(f"/v1/jobs/{job_id}/logs", {"follow": 1}):
+            async for ev in self.client.stream_ndjson(f"/v1/jobs/{quote(str(job_id), safe='')}/logs", {"follow": 1}):
                 yield str(ev.get("text") or "")
 
         self.push_screen(LogScreen(f"managed job {job_id}", source))

@@ -40,7 +40,7 @@ class TuiClient(AsyncClient):
 
     # -- reads ------------------------------------------------------------------------
     async def cluster_queue(self, cluster: str) -> list[dict[str, Any]]:
-        doc = await self.optional_get(f"/v1/clusters/{quote(cluster)}/queue")
+        doc = await self.optional_get(f"/v1/clusters/{quote(cluster, safe='')}/queue")
         return list(doc.get("jobs") or []) if isinstance(doc, dict) else list(doc or [])
 
     async def managed_jobs(self) -> list[dict[str, Any]]:
@@ -54,7 +54,7 @@ class TuiClient(AsyncClient):
     def job_log(self, cluster: str, job_id: int | str, *, tail: int = 0,
                 follow: bool = True) -> AsyncIterator[bytes]:
         return self.stream_bytes(
-            f"/v1/clusters/{quote(cluster)}/jobs/{quote(str(job_id))}/logs",
+            f"/v1/clusters/{quote(cluster, safe='')}/jobs/{quote(str(job_id), safe='')}/logs",
             {"follow": 1 if follow else 0, "tail": tail},
         )
 

@@ -16,13 +16,14 @@ from typing import Any
 
 import anyio
 
-from skyd.clouds.base import ProvisionRequest
+from skyd.clouds.base import ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.neocloud import settings
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.clouds.vultr.api import KEY_HINT, VultrAPI, find_key
 from skyd.errors import CredentialsError, SkydError
+from skyd.models.accelerators import get_accelerator_info
 
 NAME = "vultr"
 UBUNTU_2204 = 1743
@@ -82,6 +83,25 @@ class VultrProvisioner(VMProvisioner):
         out = [to_vm(m, True) for m in await api.list_all("bare-metals", "bare_metals")]
         out += [to_vm(i, False) for i in await api.list_all("instances", "instances")]
         return [v for v in out if of_tag(v.name, tag)]
+
+    async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
+        await self.api()  # loads the vultr: section the image note reads
+        log(self.image_note(req))
+        return await super().provision(req, log)
+
+    def image_note(self, req: ProvisionRequest) -> str:
+        """One launch-log line naming the OS/image the nodes get. Vultr documents no ROCm
+        image for its AMD plans, so an AMD offer on the default OS says how to pick one."""
+        img = req.image_id or ""
+        if img and not img.isdigit():
+            return f"Image: image_id {img}"
+        os_id = int(img or self._conf.get("os_id") or UBUNTU_2204)
+        note = f"Image: os_id {os_id}" + (" (Ubuntu 22.04)" if os_id == UBUNTU_2204 else "")
+        info = get_accelerator_info(req.offering.accelerator or "")
+        if info is not None and info.vendor == "amd" and not img and not self._conf.get("os_id"):
+            note += (". It has no ROCm: for AMD GPUs set `resources.image_id` (or `vultr.os_id`"
+                     " in config.yaml) to a ROCm snapshot or marketplace image of your account")
+        return note
 
     async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
         api = await self.api()
