@@ -128,6 +128,10 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     for w in task.validate():
         ctx.log(f"warning: {w}")
     await anyio.to_thread.run_sync(check_local_paths, task)
+    from skyd.storage import mounts as smounts
+
+    buckets = smounts.plan(task)
+    await smounts.preflight(buckets)
     store = ctx.store
     kv_key = f"launch:{ctx.request_id}"
     state = await _kv_get(store, kv_key)
@@ -135,6 +139,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if "cluster" not in state:
         await _kv_put(store, kv_key, {"cluster": name})
     await ctx.set_result_partial({"cluster": name, "cluster_name": name})
+    await smounts.prepare(store, buckets, name, ctx.log)
     async with cluster_lock(name):
         row = await cdb.get_cluster(store, name)
         handle = cdb.handle_of(row) if row else None
@@ -161,9 +166,15 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         else:
             await ctx.stage("SYNC_WORKDIR", "skipped")
         mounts = planner.local_mounts(task)
-        if mounts:
+        if mounts or buckets:
             await ctx.stage("SYNC_FILE_MOUNTS", "start")
-            await backend.sync_file_mounts(handle, mounts, ctx.log)
+            if mounts:
+                await backend.sync_file_mounts(handle, mounts, ctx.log)
+            if buckets:
+                from skyd import paths
+
+                staging = paths.home() / "storage-staging" / ctx.request_id
+                await smounts.copy_to_nodes(prov, handle, buckets, staging, ctx.log)
             await ctx.stage("SYNC_FILE_MOUNTS", "done")
         else:
             await ctx.stage("SYNC_FILE_MOUNTS", "skipped")

@@ -120,7 +120,7 @@ class S3Store:
         n = 0
         await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
         async with r["Body"] as body, await anyio.open_file(dest, "wb") as f:
-            while chunk := await body.content.read(1024 * 1024):
+            while chunk := await body.read(1024 * 1024):
                 await f.write(chunk)
                 n += len(chunk)
         return n
