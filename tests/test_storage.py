@@ -127,7 +127,10 @@ def test_bad_input_before_provisioning(env: Env, s3: Any, tmp_path: Path, mount:
 
 
 def test_no_credentials_refused_before_provisioning(tmp_path_factory: pytest.TempPathFactory,
-                                                    moto: str) -> None:
+                                                    moto: str, monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    for k in CREDS:
+        monkeypatch.delenv(k, raising=False)
     creds_less = {"AWS_ENDPOINT_URL": moto}
     with module_env(tmp_path_factory, **creds_less) as e:
         y = write(tmp_path_factory.mktemp("nc") / "t.yaml",
