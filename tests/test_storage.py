@@ -140,3 +140,11 @@ def test_no_credentials_refused_before_provisioning(tmp_path_factory: pytest.Tem
         assert "credentials" in r.stderr.lower()
         assert e.status("st-nocreds") is None
         assert json.loads(e.ok("storage", "ls", "-o", "json").stdout) == []
+
+
+def test_invalid_bucket_name_refused_at_plan_time(env: Env, tmp_path: Path) -> None:
+    y = write(tmp_path / "bad.yaml", "resources: {infra: local}\nfile_mounts:\n"
+              "  ~/d: {name: 192.168.1.1, source: /tmp, mode: COPY}\nrun: 'true'\n")
+    r = cli("launch", "--dryrun", "-c", "st-dry", str(y))
+    assert r.returncode == 2, r.stderr
+    assert "IP address" in r.stderr and "file_mounts.~/d.name" in r.stderr, r.stderr

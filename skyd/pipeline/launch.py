@@ -119,9 +119,12 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("dryrun"):
         dag = await aload_dag_from_payload(payload)
         dag.tasks = [apply_overrides(t, payload.get("overrides")) for t in dag.tasks]
+        from skyd.storage.mounts import plan as bucket_plan
+
         for t in dag.tasks:
             for w in t.validate():
                 ctx.log(f"warning: {w}")
+            bucket_plan(t)  # bucket names and modes are checked when planning too
         return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
                                     catalog_dir=payload.get("catalog_dir"), store=ctx.store)
     task = await load_task_from_payload(payload)
