@@ -222,10 +222,12 @@ async def copy_to_nodes(prov: Any, handle: Any, mounts: list[BucketMount], stagi
         files, size = await download_prefix(m, d, log)
         log(f"Downloaded {m.uri}: {files} files, {size / 1e6:.1f} MB"
             f" in {time.monotonic() - t0:.2f}s")
+        t1 = time.monotonic()
         async with anyio.create_task_group() as tg:
             for rank in range(len(handle.nodes)):
                 tg.start_soon(prov.sync_dir, handle, rank, str(d) + "/", m.dst, [])
-        log(f"Copied {m.uri} -> {m.dst} on {len(handle.nodes)} node(s)")
+        log(f"Copied {m.uri} -> {m.dst} on {len(handle.nodes)} node(s)"
+            f" in {time.monotonic() - t1:.2f}s")
         await anyio.to_thread.run_sync(_rmtree, d)
 
 

@@ -17,6 +17,7 @@ import anyio
 from skyd.errors import CredentialsError, InvalidSpecError, NotFoundError
 
 CHUNK = 8 * 1024 * 1024  # also the multipart part size (S3's minimum part is 5 MiB)
+WRITE = 1024 * 1024  # download: bytes gathered before one file write
 
 
 class Store(Protocol):
@@ -119,10 +120,16 @@ class S3Store:
             raise
         n = 0
         await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
+        buf = bytearray()  # network reads are small; files are written in <= WRITE pieces
         async with r["Body"] as body, await anyio.open_file(dest, "wb") as f:
-            while chunk := await body.read(1024 * 1024):
-                await f.write(chunk)
+            while chunk := await body.read(WRITE):
+                buf += chunk
                 n += len(chunk)
+                if len(buf) >= WRITE:
+                    await f.write(bytes(buf))
+                    buf.clear()
+            if buf:
+                await f.write(bytes(buf))
         return n
 
     async def upload(self, src: Path, bucket: str, key: str) -> int:
