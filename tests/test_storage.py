@@ -148,3 +148,23 @@ def test_invalid_bucket_name_refused_at_plan_time(env: Env, tmp_path: Path) -> N
     r = cli("launch", "--dryrun", "-c", "st-dry", str(y))
     assert r.returncode == 2, r.stderr
     assert "IP address" in r.stderr and "file_mounts.~/d.name" in r.stderr, r.stderr
+
+
+def test_managed_job_gets_the_copy(env: Env, s3: Any, tmp_path: Path) -> None:
+    import time
+
+    if "skyd-src" not in _buckets(s3):
+        s3.create_bucket(Bucket="skyd-src")
+    s3.put_object(Bucket="skyd-src", Key="mj/m.txt", Body=b"managed-copy\n")
+    y = write(tmp_path / "mj.yaml", "name: st-mj\nresources: {infra: local}\n"
+              "file_mounts:\n  ~/d: s3://skyd-src/mj\nrun: cat ~/d/m.txt\n")
+    r = cli("jobs", "launch", "-d", "-o", "json", str(y))
+    assert r.returncode == 0, r.stderr
+    jid = str(json.loads(r.stdout)["job_id"])
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        out = cli("jobs", "logs", jid, "--no-follow").stdout
+        if "managed-copy" in out:
+            break
+        time.sleep(0.5)
+    assert "managed-copy" in out
