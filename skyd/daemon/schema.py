@@ -131,7 +131,16 @@ async def _v4(db: Any) -> None:
     })
 
 
-MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4]
+async def _v5(db: Any) -> None:
+    """Bucket storage (skyd.storage): the buckets skyd created, the only ones it deletes."""
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS storage_buckets (name TEXT PRIMARY KEY, store TEXT NOT NULL,"
+        " persistent INTEGER NOT NULL, cluster TEXT, source TEXT, status TEXT NOT NULL,"
+        " created_at REAL NOT NULL)"
+    )
+
+
+MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4, _v5]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

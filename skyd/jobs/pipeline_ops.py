@@ -83,7 +83,12 @@ class PipelineClusterOps:
 
         t = await with_secrets(_task_of(task), task)
         await anyio.to_thread.run_sync(check_local_paths, t)
+        from skyd.storage import mounts as smounts
+
+        buckets = smounts.plan(t)
+        await smounts.preflight(buckets)
         ctx = _Ctx(self.store, log, f"job{task.job_id}-{task.task_index}-{task.attempt}")
+        await smounts.prepare(self.store, buckets, cluster_name, log)
         async with cluster_lock(cluster_name):
             row, handle = await self._handle(cluster_name)
             prov = get_cloud(handle.cloud).provisioner() if handle else None
@@ -102,6 +107,11 @@ class PipelineClusterOps:
             mounts = planner.local_mounts(t)
             if mounts:
                 await backend.sync_file_mounts(handle, mounts, log)
+            if buckets:
+                from skyd import paths
+
+                staging = paths.home() / "storage-staging" / ctx.request_id
+                await smounts.copy_to_nodes(prov, handle, buckets, staging, log)
             spec = _job_spec(t, with_setup=True, name=cluster_name)
             spec["envs"] = {**spec["envs"], **task.envs}
             job_id = await backend.execute(handle, spec)

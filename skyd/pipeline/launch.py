@@ -119,15 +119,22 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("dryrun"):
         dag = await aload_dag_from_payload(payload)
         dag.tasks = [apply_overrides(t, payload.get("overrides")) for t in dag.tasks]
+        from skyd.storage.mounts import plan as bucket_plan
+
         for t in dag.tasks:
             for w in t.validate():
                 ctx.log(f"warning: {w}")
+            bucket_plan(t)  # bucket names and modes are checked when planning too
         return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
                                     catalog_dir=payload.get("catalog_dir"), store=ctx.store)
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")
     await anyio.to_thread.run_sync(check_local_paths, task)
+    from skyd.storage import mounts as smounts
+
+    buckets = smounts.plan(task)
+    await smounts.preflight(buckets)
     store = ctx.store
     kv_key = f"launch:{ctx.request_id}"
     state = await _kv_get(store, kv_key)
@@ -135,6 +142,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if "cluster" not in state:
         await _kv_put(store, kv_key, {"cluster": name})
     await ctx.set_result_partial({"cluster": name, "cluster_name": name})
+    await smounts.prepare(store, buckets, name, ctx.log)
     async with cluster_lock(name):
         row = await cdb.get_cluster(store, name)
         handle = cdb.handle_of(row) if row else None
@@ -161,9 +169,15 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         else:
             await ctx.stage("SYNC_WORKDIR", "skipped")
         mounts = planner.local_mounts(task)
-        if mounts:
+        if mounts or buckets:
             await ctx.stage("SYNC_FILE_MOUNTS", "start")
-            await backend.sync_file_mounts(handle, mounts, ctx.log)
+            if mounts:
+                await backend.sync_file_mounts(handle, mounts, ctx.log)
+            if buckets:
+                from skyd import paths
+
+                staging = paths.home() / "storage-staging" / ctx.request_id
+                await smounts.copy_to_nodes(prov, handle, buckets, staging, ctx.log)
             await ctx.stage("SYNC_FILE_MOUNTS", "done")
         else:
             await ctx.stage("SYNC_FILE_MOUNTS", "skipped")

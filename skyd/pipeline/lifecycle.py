@@ -54,6 +54,9 @@ async def down_cluster(ctx: Any, name: str) -> dict[str, Any]:
                 PartialHandle(name, cloud_name, None, None, name))
     await cdb.remove_cluster(store, name)
     ctx.log(f"Cluster {name} terminated.")
+    from skyd.storage.mounts import on_down
+
+    await on_down(store, name, ctx.log)
     return {"cluster": name, "status": "TERMINATED"}
 
 

@@ -107,7 +107,12 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
 
 
 def _task_features(task: Any) -> set[str]:
-    return {"bucket_mounts"} if planner.bucket_mounts(task) else set()
+    # COPY-mode bucket mounts go through the daemon (skyd.storage) on every infra; the
+    # feature gates only the FUSE modes (refused earlier by skyd.storage.mounts.plan).
+    fms = (getattr(task, "file_mounts", None) or {}).values()
+    mount = any(getattr(fm, "kind", "local") == "storage" and (fm.mode or "MOUNT") != "COPY"
+                for fm in fms)
+    return {"bucket_mounts"} if mount else set()
 
 
 def _unsupported(cloud_name: str, features: set[str]) -> set[str]:
