@@ -260,19 +260,11 @@ async def test_agent_connection_lost_mid_call_does_not_leave_a_pending_cancel() 
     its cancellation, which then ended the daemon's root task group (`jobs cancel` after an
     agent died made the daemon exit)."""
     import anyio
-    from anyio.abc import SocketAttribute, SocketStream
 
     from skyd.nodeagent.client import AgentClient
+    from tests.fakes.hangup import hang_up_server
 
-    async def hang_up(stream: SocketStream) -> None:
-        await stream.receive()  # the client's preface and request
-        await anyio.sleep(0.2)
-        await stream.aclose()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = int(listener.extra(SocketAttribute.local_port))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, hang_up)
+    async with hang_up_server() as port:
         with anyio.CancelScope() as scope:
             with pytest.raises(Exception) as e:  # noqa: PT011 - whatever grpclib says
                 async with AgentClient("127.0.0.1", port, "tok") as c:
@@ -281,4 +273,3 @@ async def test_agent_connection_lost_mid_call_does_not_leave_a_pending_cancel() 
             scope.cancel()
             await anyio.sleep(1)
         assert scope.cancelled_caught
-        tg.cancel_scope.cancel()
