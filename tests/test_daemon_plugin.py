@@ -12,15 +12,15 @@ register_verb("test.resumable_sleep", sleep, resumable=True, body=SleepBody)
 
 
 async def _lose_a_grpc_connection_then_cancel() -> None:
-    """grpclib leaves a native cancel request on the task (tests.fakes.hangup); a cancel
-    scope of ours cancelled next in that task cannot absorb its cancellation, which
+    """grpclib leaves a native cancel request on the task (tests.fakes.hangup); the cancel
+    scope around that call, cancelled next, cannot absorb its own cancellation, which
     escapes the task."""
     import anyio
 
     from tests.fakes.hangup import lose_a_grpc_connection
 
-    await lose_a_grpc_connection()
     with anyio.CancelScope() as scope:
+        await lose_a_grpc_connection()
         scope.cancel()
         await anyio.sleep(1)
 
