@@ -234,4 +234,42 @@ def test_managed_job_whose_agent_died_recovers_without_running_twice(
     wait_for(lambda: len(pids.read_text().split()) == 2, timeout=90, interval=0.2)
     second = int(pids.read_text().split()[1])
     assert not _alive(first), "the first copy still runs beside the recovered one"
-    assert _alive(second)  # (the fixture cancels the job and downs every cluster)
+    assert _alive(second)
+    # Cancelling the recovered job ends it CANCELLED and leaves nothing; the daemon lives
+    # (it used to exit: an exception escaped its root task group).
+    r = cli("jobs", "cancel", "-y", str(jid))
+    assert r.returncode == 0, r.stderr
+    from skyd import sdk
+
+    row = wait_for(lambda: (j := sdk.get(f"/v1/jobs/{jid}"))["status"] in
+                   ("CANCELLED", "FAILED", "FAILED_CONTROLLER") and j, timeout=60, interval=0.2)  # fmt: skip
+    assert row["status"] == "CANCELLED", row
+    wait_for(lambda: not _alive(second), timeout=15)
+    wait_for(lambda: not (skyd_home / "local" / f"skyd-jobs-{jid}-0").exists(), timeout=30)
+    time.sleep(1.0)  # a crash after the row is written would show here
+    assert daemon.proc.poll() is None, daemon.proc.stderr.read().decode()
+    r = cli("status", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert [x["name"] for x in json.loads(r.stdout) if x["name"].startswith("skyd-jobs-")] == []
+
+
+@pytest.mark.anyio
+async def test_agent_connection_lost_mid_call_does_not_leave_a_pending_cancel() -> None:
+    """grpclib wakes a call whose connection died with a native Task.cancel() it never
+    takes back; left pending, the next cancel scope cancelled in that task could not absorb
+    its cancellation, which then ended the daemon's root task group (`jobs cancel` after an
+    agent died made the daemon exit)."""
+    import anyio
+
+    from skyd.nodeagent.client import AgentClient
+    from tests.fakes.hangup import hang_up_server
+
+    async with hang_up_server() as port:
+        with anyio.CancelScope() as scope:
+            with pytest.raises(Exception) as e:  # noqa: PT011 - whatever grpclib says
+                async with AgentClient("127.0.0.1", port, "tok") as c:
+                    await c.job_queue()
+            assert not isinstance(e.value, anyio.get_cancelled_exc_class())
+            scope.cancel()
+            await anyio.sleep(1)
+        assert scope.cancelled_caught

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from skyd.sdk.transport import Client
@@ -35,3 +36,25 @@ def test_kill9_then_restart_fails_or_resumes(skyd_home: Path) -> None:
         seqs = [e["seq"] for e in evs]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         assert c.get(f"/v1/requests/{resumable}")["status"] == "SUCCEEDED"
+
+
+def test_a_stray_cancellation_ends_its_request_and_task_not_the_daemon(skyd_home: Path) -> None:
+    """A library's native cancel (a grpclib call whose connection was lost) escaping a
+    request and a root-group task: each ends alone, with its traceback in daemon.log."""
+    from skyd import paths
+
+    with running_daemon(**PLUGIN) as d, Client(autostart=False) as c:
+        rid = c.submit("test.lost_connection", {})
+        row = wait_for(lambda: (r := c.get(f"/v1/requests/{rid}"))["status"] in
+                       ("SUCCEEDED", "FAILED", "CANCELLED") and r, timeout=20)  # fmt: skip
+        assert row["status"] == "FAILED", row
+        assert "internal error: CancelledError" in row["error"]["message"]
+        assert "daemon.log" in row["error"]["hint"]
+        log = paths.daemon_log()
+        wait_for(lambda: "task test-lost-connection ended by a stray cancellation" in log.read_text())
+        time.sleep(0.5)
+        assert d.proc is not None and d.proc.poll() is None, "the daemon exited"
+        assert c.get(f"/v1/requests/{rid}")["id"] == rid  # it still answers
+        text = log.read_text()
+        assert f"request {rid} (test.lost_connection) ended by a stray cancellation" in text
+        assert "Traceback" in text and "stopping" not in text

@@ -182,3 +182,36 @@ async def test_unknown_strategy_is_a_user_error(tmp_path: Path) -> None:
         with pytest.raises(InvalidSpecError, match="unknown recovery strategy"):
             await h.submit({}, job_recovery="NOPE")
         assert await h.db.list_jobs() == []
+
+
+class _LostConnectionOps(SimClusterOps):
+    """Job-status calls go through a real grpclib call whose connection is lost first
+    (tests.fakes.hangup): it leaves a native cancel request on the controller's task."""
+
+    lossy: set[str] = set()  # the clusters whose calls lose their connection
+
+    async def job_status(self, cluster_name: str, job_id: int) -> Any:
+        from tests.fakes.hangup import lose_a_grpc_connection
+
+        if cluster_name in self.lossy:
+            await lose_a_grpc_connection()
+        return await super().job_status(cluster_name, job_id)
+
+
+async def test_a_controller_failure_ends_its_job_failed_controller_not_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cancel's cancellation cannot be absorbed by the controller's scope: that job
+    ends FAILED_CONTROLLER with the traceback logged; the task group and the other job go on."""
+    async with harness(tmp_path, sim=_LostConnectionOps(default_duration=0.6)) as h:
+        bad = await h.submit({"duration": 30})
+        h.sim.lossy.add(f"skyd-jobs-{bad}-0")  # type: ignore[attr-defined]
+        await h.until(lambda r: r["status"] == "RUNNING", bad)
+        ok = await h.submit({"duration": 0.6})
+        await anyio.sleep(0.3)
+        assert await h.m.cancel(ids=[bad]) == [bad]
+        r_bad, r_ok = await h.finish(bad), await h.finish(ok)
+    assert r_bad["status"] == "FAILED_CONTROLLER", r_bad
+    assert "controller error: CancelledError" in r_bad["failure_reason"]
+    assert r_ok["status"] == "SUCCEEDED", r_ok
+    assert f"managed job {bad}: controller error:\nTraceback" in caplog.text

@@ -68,11 +68,23 @@ class Daemon:
             try:
                 await async_fn(*args)
             except anyio.get_cancelled_exc_class():
+                if self.stray_cancel():
+                    # A cancellation none of our scopes asked for (a library cancelled a
+                    # future we awaited): re-raised, it would cancel the root task group.
+                    log.error("task %s ended by a stray cancellation:\n%s", name,
+                              traceback.format_exc())
+                    return
                 raise
             except BaseException:  # noqa: BLE001
                 log.error("task %s crashed:\n%s", name, traceback.format_exc())
 
         self.tg.start_soon(guarded, name=name)
+
+    def stray_cancel(self) -> bool:
+        """In a root-group task that caught a cancellation: True when the daemon is not
+        stopping, i.e. the task must end there rather than re-raise it (a child ending with
+        a cancellation makes anyio cancel the whole root group: the daemon would exit)."""
+        return self._tg is not None and not self._tg.cancel_scope.cancel_called
 
     def on_startup(self, fn: Hook) -> None:
         """Run ``await fn(daemon)`` after reconciliation, before the socket opens."""

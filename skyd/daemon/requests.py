@@ -169,7 +169,18 @@ class RequestManager:
                 status = SUCCEEDED
             if ctx.cancel_scope.cancel_called:
                 status, result = CANCELLED, None
-        except cancelled_exc:
+        except cancelled_exc as e:
+            if self.daemon.stray_cancel():  # not the daemon stopping: this request crashed
+                if ctx.cancel_scope.cancel_called:
+                    status = CANCELLED
+                else:
+                    log.error("request %s (%s) ended by a stray cancellation:\n%s",
+                              ctx.request_id, ctx.verb, request_secrets.redact(
+                                  ctx, "".join(traceback.format_exception(e))))
+                    error = internal_error_dict(e, str(paths.daemon_log()))
+                with anyio.CancelScope(shield=True):
+                    await self._finish(ctx, status, None, error)
+                return
             # The root scope is being cancelled (daemon exit) without ours being cancelled.
             status = CANCELLED
             ctx.shutdown = True

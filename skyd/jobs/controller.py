@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+import traceback
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,22 +122,34 @@ class JobController:
 
     async def run(self) -> None:
         try:
-            with anyio.CancelScope() as scope:
-                self.scope = scope
-                if self.cancel_pending:
-                    scope.cancel()
-                try:
-                    await self._drive()
-                except _Cancelled:
-                    pass
-                except Exception as e:
-                    if self.m.stopping:
-                        return
-                    logger.exception("managed job %s: controller error", self.job_id)
-                    await self._fail_controller(e)
-            if self.m.stopping:  # daemon shutdown: leave the row as it is for resume
-                return
-            # Cancelled by us, or done: finish what the row says is left.
+            await self._run_scoped()
+        except anyio.get_cancelled_exc_class() as e:
+            if self.m.stopping:
+                raise
+            # A cancellation our scope could not absorb (a native Task.cancel() from a
+            # library): this job ends here; re-raised, it would end the daemon.
+            await self._fail_controller(e, also=[S.CANCELLING.value])
+        finally:
+            self.m._forget(self.job_id, self)
+            self.done.set()
+
+    async def _run_scoped(self) -> None:
+        with anyio.CancelScope() as scope:
+            self.scope = scope
+            if self.cancel_pending:
+                scope.cancel()
+            try:
+                await self._drive()
+            except _Cancelled:
+                pass
+            except Exception as e:
+                if self.m.stopping:
+                    return
+                await self._fail_controller(e)
+        if self.m.stopping:  # daemon shutdown: leave the row as it is for resume
+            return
+        # Cancelled by us, or done: finish what the row says is left.
+        try:
             row = await self.db.get_job(self.job_id)
             if row is not None and row["status"] == S.CANCELLING:
                 await self._finish_cancel(row)
@@ -144,16 +157,24 @@ class JobController:
                 await self._teardown(row["cluster"])
                 await self._clear_cluster()
             await job_secrets.forget_if_terminal(self.db, self.job_id)
-        finally:
-            self.m._forget(self.job_id, self)
-            self.done.set()
+        except Exception as e:
+            if self.m.stopping:
+                raise
+            await self._fail_controller(e, also=[S.CANCELLING.value])
 
-    async def _fail_controller(self, e: BaseException) -> None:
+    async def _fail_controller(self, e: BaseException, also: Sequence[str] = ()) -> None:
+        """End the job FAILED_CONTROLLER (the daemon log has the traceback). A cancellation
+        none of our scopes asked for counts as an error too: re-raised, it would end the
+        daemon's root task group. The cluster column stays: resume retries the teardown."""
+        logger.error("managed job %s: controller error:\n%s", self.job_id,
+                     "".join(traceback.format_exception(e)))
+        self.log(f"controller error: {e!r}")
         with anyio.CancelScope(shield=True):
             await self.db.update_job(
                 self.job_id,
                 {"status": S.FAILED_CONTROLLER.value, "schedule_state": "DONE",
                  "ended_at": time.time(), "failure_reason": f"controller error: {e!r}"},
+                only_status=[*st.ACTIVE, *also],
             )  # fmt: skip
 
     async def _finish_cancel(self, row: dict[str, Any]) -> None:

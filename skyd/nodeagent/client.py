@@ -45,10 +45,26 @@ class AgentClient:
         )
 
     async def __aenter__(self) -> AgentClient:
+        self._task = asyncio.current_task()
+        self._cancels = self._task.cancelling() if self._task is not None else 0
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close()
+        self._take_back_stray_cancels(exc_type)
+
+    def _take_back_stray_cancels(self, exc_type: type[BaseException] | None) -> None:
+        """grpclib wakes a call whose connection was lost with a native ``Task.cancel()``
+        and raises its own error instead, never calling ``uncancel()``. The pending request
+        it leaves makes every later cancel scope in this task refuse to absorb its own
+        cancellation (anyio then sees a native cancel), which escapes and cancels whatever
+        task group holds the task: in the daemon, the root group. Take those requests back
+        unless the block is ending by a cancellation (then they may be real)."""
+        task = getattr(self, "_task", None)
+        if task is None or (exc_type is not None and issubclass(exc_type, asyncio.CancelledError)):
+            return
+        while task.cancelling() > self._cancels:
+            task.uncancel()
 
     def close(self) -> None:
         self._channel.close()
