@@ -110,6 +110,7 @@ class ServiceController:
                 ready = [r for r in await self.db.replicas(self.name) if r["status"] == st.READY]
                 self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
                 await self._listen(tg, svc)
+            tg.start_soon(self._publish_traffic)
             while True:
                 svc = await self.db.get_service(self.name)
                 if svc is None:
@@ -122,6 +123,17 @@ class ServiceController:
                 with anyio.move_on_after(self._interval(svc)):
                     await self.wake.wait()
             tg.cancel_scope.cancel()
+
+    async def _publish_traffic(self) -> None:
+        """A `serve` event each second the load balancer served something (the TUI's live
+        rates re-read on it)."""
+        last = -1
+        while True:
+            await anyio.sleep(1.0)
+            n = self.lb.total if self.lb is not None else 0
+            if n != last:
+                last = n
+                self.m.publish(self.name)
 
     async def _listen(self, tg: Any, svc: dict[str, Any]) -> None:
         """Open the load balancer's port; while something else holds it (after a restart),
