@@ -111,6 +111,7 @@ class ServiceController:
                 self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
                 await self._listen(tg, svc)
             tg.start_soon(self._publish_traffic)
+            tg.start_soon(self._write_access_log)
             while True:
                 svc = await self.db.get_service(self.name)
                 if svc is None:
@@ -134,6 +135,22 @@ class ServiceController:
             if n != last:
                 last = n
                 self.m.publish(self.name)
+
+    async def _write_access_log(self) -> None:
+        """The load balancer's access entries into `<service>.access.log`, every second
+        (skyd.serve.access: rotated at its size limit)."""
+        from skyd.serve.access import append_rotating, max_bytes
+
+        path, limit = self.m.access_log_path(self.name), max_bytes()
+        try:
+            while True:
+                await anyio.sleep(1.0)
+                if self.lb is not None and (text := self.lb.access.drain()):
+                    await anyio.to_thread.run_sync(append_rotating, path, text, limit)
+        finally:
+            if self.lb is not None and (text := self.lb.access.drain()):
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(append_rotating, path, text, limit)
 
     async def _listen(self, tg: Any, svc: dict[str, Any]) -> None:
         """Open the load balancer's port; while something else holds it (after a restart),
