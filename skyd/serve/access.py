@@ -1,8 +1,8 @@
 """The load balancer's access log: one line per request, bounded in memory and on disk.
 
 The listener only appends a tuple to a bounded deque (no formatting, no I/O on the hot
-path); the controller drains it every second into ``<service>.access.log`` in a worker
-thread. When the file passes ``$SKYD_SERVE_ACCESS_LOG_MAX`` bytes (default 8 MiB) it moves
+path); the controller takes it every second and formats and appends it to
+``<service>.access.log`` in a worker thread. When the file passes ``$SKYD_SERVE_ACCESS_LOG_MAX`` bytes (default 8 MiB) it moves
 to ``.1`` (the previous ``.1`` goes), so a service keeps at most twice that. Should the
 disk stall, the deque keeps the newest ``BUFFER`` entries and counts what it dropped.
 
@@ -40,19 +40,36 @@ class AccessLog:
         now = time.monotonic()
         self.entries.append((time.time(), rid, status, nbytes, now - t0, method, url))
 
+    def take(self) -> tuple[deque[Entry], int]:
+        """What was recorded so far (O(1) on the event loop; `format` it in a thread)."""
+        out, dropped = self.entries, self.dropped
+        self.entries, self.dropped = deque(maxlen=BUFFER), 0
+        return out, dropped
+
     def drain(self) -> str:
-        out = []
-        while self.entries:
-            at, rid, status, nbytes, lat, method, url = self.entries.popleft()
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}Z"
-            path = url.split(b"?", 1)[0].decode("latin-1")
-            out.append(f"{stamp} replica={'-' if rid is None else rid} "
-                       f"status={status or '-'} bytes={nbytes} latency_ms={lat * 1000:.2f} "
-                       f"{method.decode('latin-1')} {path}\n")
-        if self.dropped:
-            out.append(f"(access log: {self.dropped} entries dropped, the writer fell behind)\n")
-            self.dropped = 0
-        return "".join(out)
+        return format_entries(*self.take())
+
+
+def format_entries(entries: deque[Entry], dropped: int) -> str:
+    out = []
+    last_sec, stamp = -1, ""
+    for at, rid, status, nbytes, lat, method, url in entries:
+        sec = int(at)
+        if sec != last_sec:
+            last_sec, stamp = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        path = url.split(b"?", 1)[0].decode("latin-1")
+        out.append(f"{stamp}.{int(at * 1000) % 1000:03d}Z replica={'-' if rid is None else rid} "
+                   f"status={status or '-'} bytes={nbytes} latency_ms={lat * 1000:.2f} "
+                   f"{method.decode('latin-1')} {path}\n")
+    if dropped:
+        out.append(f"(access log: {dropped} entries dropped, the writer fell behind)\n")
+    return "".join(out)
+
+
+def write_entries(path: Path, entries: deque[Entry], dropped: int, limit: int) -> None:
+    """Format and append (a worker thread)."""
+    if entries or dropped:
+        append_rotating(path, format_entries(entries, dropped), limit)
 
 
 def max_bytes() -> int:
@@ -60,7 +77,10 @@ def max_bytes() -> int:
 
 
 def append_rotating(path: Path, text: str, limit: int) -> None:
-    """Append; move the file to .1 first when it would pass `limit`. (A worker thread.)"""
+    """Append; move the file to .1 first when it would pass `limit` (a batch larger than
+    `limit` keeps its newest whole lines). A worker thread."""
+    if len(text) > limit:
+        text = text[text.find("\n", len(text) - limit) + 1:]
     try:
         size = path.stat().st_size
     except FileNotFoundError:

@@ -139,18 +139,18 @@ class ServiceController:
     async def _write_access_log(self) -> None:
         """The load balancer's access entries into `<service>.access.log`, every second
         (skyd.serve.access: rotated at its size limit)."""
-        from skyd.serve.access import append_rotating, max_bytes
+        from skyd.serve.access import max_bytes, write_entries
 
         path, limit = self.m.access_log_path(self.name), max_bytes()
         try:
             while True:
                 await anyio.sleep(1.0)
-                if self.lb is not None and (text := self.lb.access.drain()):
-                    await anyio.to_thread.run_sync(append_rotating, path, text, limit)
+                if self.lb is not None and self.lb.access.entries:
+                    await anyio.to_thread.run_sync(write_entries, path, *self.lb.access.take(), limit)
         finally:
-            if self.lb is not None and (text := self.lb.access.drain()):
+            if self.lb is not None and self.lb.access.entries:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(append_rotating, path, text, limit)
+                    await anyio.to_thread.run_sync(write_entries, path, *self.lb.access.take(), limit)
 
     async def _listen(self, tg: Any, svc: dict[str, Any]) -> None:
         """Open the load balancer's port; while something else holds it (after a restart),
