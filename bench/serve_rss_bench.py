@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def main() -> int:
     finally:
         sh("serve", "down", "-a", timeout=600)
         sh("daemon", "stop")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
