@@ -51,6 +51,8 @@ class ReplicaPolicy(SpecModel):
     max_replicas: int | None = None
     target_qps_per_replica: int | float | dict[str, int | float] | None = None
     num_overprovision: int | None = None
+    # skyd's queue_length autoscaler: requests in flight per replica (instead of a QPS target)
+    target_queue_length_per_replica: int | float | None = None
     dynamic_ondemand_fallback: bool | None = None
     base_ondemand_fallback_replicas: int | None = None
     spot_placer: str | None = None
@@ -74,7 +76,8 @@ class ReplicaPolicy(SpecModel):
             if self.max_replicas < self.min_replicas:
                 fail(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})",
                      sub=("max_replicas",))
-            if self.max_replicas > self.min_replicas and self.target_qps_per_replica is None:
+            if (self.max_replicas > self.min_replicas and self.target_qps_per_replica is None
+                    and self.target_queue_length_per_replica is None):
                 fail("autoscaling (max_replicas > min_replicas) needs target_qps_per_replica",
                      "add replica_policy.target_qps_per_replica, e.g. 2.5",
                      sub=("target_qps_per_replica",))

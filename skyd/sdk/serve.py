@@ -56,10 +56,14 @@ def down(names: list[str] | str | None = None, *, all_services: bool = False) ->
                 .get("down") or [])
 
 
-def logs(name: str, replica: int | None = None, *, follow: bool = False) -> Iterator[str]:
-    """A replica's output (or the controller's log without ``replica``)."""
+def logs(name: str, replica: int | None = None, *, follow: bool = False,
+         load_balancer: bool = False) -> Iterator[str]:
+    """A replica's output (or the controller's log without ``replica``; the load balancer's
+    access log with ``load_balancer``)."""
     params: dict[str, Any] = {"follow": 1 if follow else 0}
-    if replica is not None:
+    if load_balancer:
+        params["load_balancer"] = 1
+    elif replica is not None:
         params["replica"] = replica
     for item in _c().stream_ndjson(f"/v1/services/{quote(name, safe='')}/logs", params):
         yield str(item.get("text", ""))

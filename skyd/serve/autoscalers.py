@@ -5,6 +5,10 @@ count + why). `autoscaler_for(policy)` picks by the replica_policy:
 - ``request_rate``: ceil(qps / target_qps_per_replica) (+ num_overprovision), clamped to
   [min, max], with hysteresis: it moves up only after the wish held for
   upscale_delay_seconds, down only after downscale_delay_seconds.
+- ``queue_length``: ceil(requests in the load balancer / target_queue_length_per_replica)
+  (+ num_overprovision), clamped and delayed like request_rate. "In the load balancer" is
+  every request picked for a replica and not yet answered (in flight, including those
+  still waiting on the replica to answer): a slow model shows up here before its QPS rises.
 """
 
 from __future__ import annotations
@@ -32,14 +36,14 @@ class Autoscaler:
         self.max = int(mx) if mx is not None else self.min
         self.target = max(self.min, min(self.max, current))
 
-    def decide(self, now: float, qps: float) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
         raise NotImplementedError
 
 
 class Fixed(Autoscaler):
     name = "fixed"
 
-    def decide(self, now: float, qps: float) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
         self.target = self.min
         return Decision(self.min, "fixed replica count", {"min_replicas": self.min})
 
@@ -63,16 +67,19 @@ class RequestRate(Autoscaler):
         self._up_since: float | None = None
         self._down_since: float | None = None
 
-    def decide(self, now: float, qps: float) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
         want = max(self.min, min(self.max, math.ceil(qps / self.per) if self.per > 0 else self.min))
         inputs = {"qps": round(qps, 3), "target_qps_per_replica": self.per, "wish": want,
                   "current": self.target}
+        return self._hysteresis(now, want, inputs, f"qps {qps:.2f}")
+
+    def _hysteresis(self, now: float, want: int, inputs: dict[str, Any], why: str) -> Decision:
         reason = "steady"
         if want > self.target:
             self._down_since = None
             self._up_since = now if self._up_since is None else self._up_since
             if now - self._up_since >= self.up_delay:
-                reason = f"upscale {self.target} -> {want} (qps {qps:.2f})"
+                reason = f"upscale {self.target} -> {want} ({why})"
                 self.target, self._up_since = want, None
             else:
                 reason = f"upscale to {want} in {self.up_delay - (now - self._up_since):.0f}s"
@@ -80,7 +87,7 @@ class RequestRate(Autoscaler):
             self._up_since = None
             self._down_since = now if self._down_since is None else self._down_since
             if now - self._down_since >= self.down_delay:
-                reason = f"downscale {self.target} -> {want} (qps {qps:.2f})"
+                reason = f"downscale {self.target} -> {want} ({why})"
                 self.target, self._down_since = want, None
             else:
                 reason = f"downscale to {want} in {self.down_delay - (now - self._down_since):.0f}s"
@@ -89,13 +96,29 @@ class RequestRate(Autoscaler):
         return Decision(self.target + self.over, reason, inputs)
 
 
+class QueueLength(RequestRate):
+    name = "queue_length"
+
+    def __init__(self, policy: dict[str, Any], current: int) -> None:
+        super().__init__(policy, current)
+        self.per = float(policy.get("target_queue_length_per_replica") or 1)
+
+    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
+        want = max(self.min, min(self.max, math.ceil(inflight / self.per)))
+        inputs = {"inflight": inflight, "target_queue_length_per_replica": self.per,
+                  "qps": round(qps, 3), "wish": want, "current": self.target}
+        return self._hysteresis(now, want, inputs, f"{inflight} in flight")
+
+
 AUTOSCALERS: dict[str, Callable[[dict[str, Any], int], Autoscaler]] = {
-    "fixed": Fixed, "request_rate": RequestRate,
+    "fixed": Fixed, "request_rate": RequestRate, "queue_length": QueueLength,
 }  # fmt: skip
 
 
 def autoscaler_for(policy: dict[str, Any], current: int) -> Autoscaler:
     mx = policy.get("max_replicas")
+    if mx is not None and mx != policy.get("min_replicas") and policy.get("target_queue_length_per_replica"):
+        return AUTOSCALERS["queue_length"](policy, current)
     if policy.get("target_qps_per_replica") is None or mx is None or mx == policy.get("min_replicas"):
         return AUTOSCALERS["fixed"](policy, current)
     return AUTOSCALERS["request_rate"](policy, current)

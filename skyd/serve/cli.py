@@ -51,8 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg = ss.add_parser("logs", help="a replica's output, or the controller's log")
     lg.add_argument("name", metavar="NAME")
     lg.add_argument("replica", nargs="?", type=int, metavar="REPLICA_ID")
-    lg.add_argument("--controller", "--load-balancer", dest="controller", action="store_true",
+    lg.add_argument("--controller", dest="controller", action="store_true",
                     help="the controller's log (the default without REPLICA_ID)")
+    lg.add_argument("--load-balancer", dest="load_balancer", action="store_true",
+                    help="the load balancer's access log (a line per request)")
     lg.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     lg.set_defaults(func=run_logs)
 
@@ -175,7 +177,9 @@ def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
 
     params: dict[str, Any] = {"follow": 0 if args.no_follow else 1}
-    if args.replica is not None and not args.controller:
+    if args.load_balancer:
+        params["load_balancer"] = 1
+    elif args.replica is not None and not args.controller:
         params["replica"] = args.replica
     for item in get_client().stream_ndjson(f"/v1/services/{args.name}/logs", params):
         sys.stdout.write(item.get("text", ""))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,6 +44,11 @@ def lb_class() -> type[LoadBalancer]:
     return LoadBalancer
 
 
+@asynccontextmanager
+async def _nolock() -> AsyncIterator[None]:
+    yield
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -65,6 +72,7 @@ class ServiceController:
         self.failed_launches = 0
         self.prober = Prober()
         self.cancel_scope = anyio.CancelScope()
+        self.placing = anyio.Lock()  # spot launches one at a time, so each sees the others' zones
 
     def log(self, text: str) -> None:
         self.m.log(self.name, text)
@@ -102,6 +110,8 @@ class ServiceController:
                 ready = [r for r in await self.db.replicas(self.name) if r["status"] == st.READY]
                 self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
                 await self._listen(tg, svc)
+            tg.start_soon(self._publish_traffic)
+            tg.start_soon(self._write_access_log)
             while True:
                 svc = await self.db.get_service(self.name)
                 if svc is None:
@@ -114,6 +124,33 @@ class ServiceController:
                 with anyio.move_on_after(self._interval(svc)):
                     await self.wake.wait()
             tg.cancel_scope.cancel()
+
+    async def _publish_traffic(self) -> None:
+        """A `serve` event each second the load balancer served something (the TUI's live
+        rates re-read on it)."""
+        last = -1
+        while True:
+            await anyio.sleep(1.0)
+            n = self.lb.total if self.lb is not None else 0
+            if n != last:
+                last = n
+                self.m.publish(self.name)
+
+    async def _write_access_log(self) -> None:
+        """The load balancer's access entries into `<service>.access.log`, every second
+        (skyd.serve.access: rotated at its size limit)."""
+        from skyd.serve.access import max_bytes, write_entries
+
+        path, limit = self.m.access_log_path(self.name), max_bytes()
+        try:
+            while True:
+                await anyio.sleep(1.0)
+                if self.lb is not None and self.lb.access.entries:
+                    await anyio.to_thread.run_sync(write_entries, path, *self.lb.access.take(), limit)
+        finally:
+            if self.lb is not None and self.lb.access.entries:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(write_entries, path, *self.lb.access.take(), limit)
 
     async def _listen(self, tg: Any, svc: dict[str, Any]) -> None:
         """Open the load balancer's port; while something else holds it (after a restart),
@@ -256,7 +293,8 @@ class ServiceController:
             self.scaler = autoscaler_for(policy, len(new) or len(old))
             self.scaler_version = version
         assert self.lb is not None
-        d = self.scaler.decide(time.monotonic(), self.lb.qps())
+        inflight = sum(b.inflight for b in self.lb.backends.values())
+        d = self.scaler.decide(time.monotonic(), self.lb.qps(), inflight)
         if self.last is None or d.reason != self.last.reason or d.target != self.last.target:
             self.log(f"autoscaler {self.scaler.name}: target {d.target} ({d.reason}) {d.inputs}")
         self.last = d
@@ -295,8 +333,6 @@ class ServiceController:
 
     # -- one replica -------------------------------------------------------------------
     async def _launch(self, r: dict[str, Any], spec: dict[str, Any]) -> None:
-        from skyd.jobs.ops import TaskSpec
-
         rid = int(r["replica_id"])
         cluster = str(r["cluster"])
         if r["status"] == st.PROVISIONING:  # a launch the last daemon did not finish
@@ -310,18 +346,56 @@ class ServiceController:
         self.log(f"replica {rid}: PROVISIONING {cluster} (port {port})")
         envs = {"SKYPILOT_SERVE_REPLICA_ID": str(rid), "SKYPILOT_SERVE_PORT": str(port),
                 "SKYPILOT_SERVICE_NAME": self.name}
-        ts = TaskSpec(name=cluster, task=task, job_id=rid, task_index=0, attempt=1, envs=envs)
-        try:
-            res = await self.m.ops.launch(ts, cluster, blocked=[],
-                                          log=lambda s: self.log(f"replica {rid}: {s}"))
-        except Exception as e:  # noqa: BLE001 - any launch failure ends this replica
-            await self._retire(r, st.FAILED_PROVISION, f"{type(e).__name__}: {e}")
+        res = await self._place_and_launch(r, spec, task, cluster, envs)
+        if res is None:
             return
         host = await self.m.replica_host(cluster)
         await self.db.update_replica(
             self.name, rid, status=st.STARTING, job_id=res.job_id, url=f"http://{host}:{port}",
             cloud=res.cloud, region=res.region, zone=res.zone, started_at=time.time())
         self.log(f"replica {rid}: STARTING at http://{host}:{port}")
+
+    async def _place_and_launch(self, r: dict[str, Any], spec: dict[str, Any], task: dict[str, Any],
+                                cluster: str, envs: dict[str, str]) -> Any:
+        """Launch through the spot placer's attempts (skyd.serve.spot); None when none
+        provisioned (the replica is then FAILED_PROVISION)."""
+        from skyd.errors import ResourcesUnavailableError
+        from skyd.jobs.ops import TaskSpec
+        from skyd.serve import spot
+
+        rid = int(r["replica_id"])
+        log = lambda s: self.log(f"replica {rid}: {s}")  # noqa: E731
+        policy = spec["service"].get("replica_policy") or {}
+        spot_task = spot.wants_spot(task)
+        async with self.placing if spot_task else _nolock():
+            others = [o for o in await self.db.replicas(self.name)
+                      if int(o["replica_id"]) != rid and o["status"] in st.ALIVE]
+            bad = await self.db.recent_preemptions(self.name, time.time() - spot.memory_s())
+            plan = spot.attempts(task, policy, others, bad)
+            err: Exception | None = None
+            for a in plan:
+                if spot_task:
+                    where = ", ".join(f"{b.region}/{b.zone}" if b.zone else str(b.region)
+                                      for b in a.blocked)
+                    self.log(f"replica {rid}: placing {a.why}" + (f" (avoiding {where})" if where else ""))
+                await self.db.update_replica(self.name, rid, use_spot=int(a.use_spot))
+                ts = TaskSpec(name=cluster, task=spot.with_spot(task, a.use_spot) if spot_task else task,
+                              job_id=rid, task_index=0, attempt=1, envs=envs)
+                try:
+                    res = await self.m.ops.launch(ts, cluster, blocked=list(a.blocked), log=log)
+                except ResourcesUnavailableError as e:
+                    err = e
+                    continue
+                except Exception as e:  # noqa: BLE001 - any other launch failure ends this replica
+                    err = e
+                    break
+                # where it went, before the next spot launch looks
+                await self.db.update_replica(self.name, rid, cloud=res.cloud, region=res.region,
+                                             zone=res.zone)
+                return res
+        assert err is not None
+        await self._retire(r, st.FAILED_PROVISION, f"{type(err).__name__}: {err}")
+        return None
 
     async def _teardown(self, r: dict[str, Any]) -> None:
         rid = int(r["replica_id"])
@@ -367,6 +441,9 @@ class ServiceController:
             if info is None:
                 cs = await self.m.ops.cluster_status(str(r["cluster"]))
                 if cs in ("PREEMPTED", "TERMINATED", "STOPPED"):
+                    if r.get("cloud") and r.get("use_spot"):
+                        await self.db.record_preemption(self.name, str(r["cloud"]), r.get("region"),
+                                                        r.get("zone"))
                     await self._retire(r, st.PREEMPTED, f"its cluster is {cs}")
                     return
         if r["status"] == st.STARTING:

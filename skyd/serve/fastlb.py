@@ -56,7 +56,7 @@ class _Exchange:
     """One request from a client: parsed head, body not yet sent, its replica."""
 
     __slots__ = ("method", "url", "headers", "chunked", "pending", "complete", "key",
-                 "backend", "up", "done", "keep_alive", "tried", "sent")
+                 "backend", "up", "done", "keep_alive", "tried", "sent", "t0", "status", "nbytes")
 
     def __init__(self) -> None:
         self.method = b""
@@ -72,6 +72,9 @@ class _Exchange:
         self.keep_alive = True
         self.tried: set[Backend] = set()
         self.sent = False  # a byte went upstream
+        self.t0 = 0.0  # (access log) when the head was in; the answer's status and size
+        self.status = 0
+        self.nbytes = 0
 
 
 class _Upstream(asyncio.Protocol):
@@ -87,6 +90,7 @@ class _Upstream(asyncio.Protocol):
         self.keep_alive = True
         self.closed = False
         self.got_bytes = False
+        self.nbytes = 0
         self.idle_since = 0.0
 
     # protocol
@@ -99,6 +103,7 @@ class _Upstream(asyncio.Protocol):
             self.close()
             return
         self.got_bytes = True
+        self.nbytes += len(data)
         c.write(data)
         try:
             self.parser.feed_data(data)
@@ -146,6 +151,7 @@ class _Upstream(asyncio.Protocol):
         self.client = client
         self.head_only = head_only
         self.got_bytes = False
+        self.nbytes = 0
         self.status = 0
         if head_only:  # a HEAD answer has no body whatever it says: parse it afresh
             self.parser = httptools.HttpResponseParser(self)
@@ -233,6 +239,7 @@ class _Client(asyncio.Protocol):
         while self.queue:
             ex = self.queue.popleft()
             if ex.up is not None:
+                ex.status, ex.nbytes = ex.up.status, ex.up.nbytes
                 ex.up.client = None
                 ex.up.close()  # mid-response: that connection cannot be reused
             self._finish(ex)
@@ -274,6 +281,7 @@ class _Client(asyncio.Protocol):
             if k.lower() == b"transfer-encoding" and b"chunked" in v.lower():
                 ex.chunked = True
         lb.count()
+        ex.t0 = time.monotonic()
         self.queue.append(ex)
         if len(self.queue) == 1 and not self._waits_for_body(ex):
             self._dispatch(ex)
@@ -372,6 +380,7 @@ class _Client(asyncio.Protocol):
             return
         self.queue.popleft()
         up.client = None
+        ex.status, ex.nbytes = up.status, up.nbytes
         if ok and ex.complete:
             up.pool.give_back(up)
         else:
@@ -391,6 +400,7 @@ class _Client(asyncio.Protocol):
     def _local_answer(self, ex: _Exchange, data: bytes) -> None:
         self.queue.popleft()
         ex.done = True
+        self.lb.access.record(ex.t0, None, int(data[9:12]), len(data), ex.method, ex.url)
         self._reply(data)
         if not ex.complete or not ex.keep_alive:
             if self.transport is not None:  # an unread body: the connection cannot go on
@@ -412,8 +422,12 @@ class _Client(asyncio.Protocol):
     def _finish(self, ex: _Exchange) -> None:
         if not ex.done:
             ex.done = True
-            if ex.backend is not None:
-                ex.backend.served += 1
+            b = ex.backend
+            if b is not None:
+                b.served += 1
+            if ex.t0:
+                self.lb.access.record(ex.t0, b.replica_id if b is not None else None, ex.status,
+                                      ex.nbytes, ex.method, ex.url)
             self._release(ex)
 
     def write(self, data: bytes) -> None:

@@ -19,6 +19,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
+from skyd.serve.access import AccessLog
 from skyd.serve.policies import Backend, make_policy
 
 HOP = frozenset({
@@ -46,6 +47,7 @@ class LoadBalancer:
         self.reason = "no replica is ready yet"
         self._times: collections.deque[float] = collections.deque()
         self.total = 0
+        self.access = AccessLog()
         self._session: aiohttp.ClientSession | None = None
 
     # -- controller side -------------------------------------------------------------
@@ -112,6 +114,20 @@ class LoadBalancer:
         return None, b""
 
     async def _handle(self, req: web.BaseRequest) -> web.StreamResponse:
+        t0 = time.monotonic()
+        picked: list[int] = []
+        resp: web.StreamResponse | None = None
+        try:
+            resp = await self._proxy(req, picked)
+            return resp
+        finally:
+            status = resp.status if resp is not None else 0
+            nbytes = (resp.body_length if resp.prepared else len(getattr(resp, "body", b"") or b"")
+                      ) if resp is not None else 0
+            self.access.record(t0, picked[-1] if picked else None, status, nbytes,
+                               req.method.encode(), req.rel_url.raw_path.encode())
+
+    async def _proxy(self, req: web.BaseRequest, picked: list[int]) -> web.StreamResponse:
         self.total += 1
         self._times.append(time.monotonic())
         if len(self._times) > 1_000_000:
@@ -136,6 +152,7 @@ class LoadBalancer:
                 return web.Response(status=503, text=f"service {self.service}: {why}\n",
                                     headers={"X-Skyd-Reason": why})
             b.inflight += 1
+            picked.append(b.replica_id)
             try:
                 try:
                     up = await self._session.request(

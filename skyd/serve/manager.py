@@ -51,6 +51,9 @@ class ServeManager:
     def log_path(self, service: str) -> Path:
         return self.log_dir / f"{service}.log"
 
+    def access_log_path(self, service: str) -> Path:
+        return self.log_dir / f"{service}.access.log"
+
     def publish(self, service: str) -> None:
         if self._publish is not None:
             self._publish("serve", {"service": service})

@@ -166,6 +166,8 @@ async def service_logs(ctx: ReadContext, request: web.Request) -> Any:
     m = _m()
     svc = await _get(m, request)
     follow = request.query.get("follow", "1") != "0"
+    if request.query.get("load_balancer") in ("1", "true"):
+        return await ctx.stream_ndjson(request, _access_lines(m, svc["name"], follow))
     rid_s = request.query.get("replica")
     row: dict[str, Any] | None = None
     if rid_s:
@@ -207,6 +209,36 @@ async def service_logs(ctx: ReadContext, request: web.Request) -> Any:
             yield {"text": f"replica {row['replica_id']}: no log ({type(e).__name__})\n"}
 
     return await ctx.stream_ndjson(request, lines())
+
+
+async def _access_lines(m: ServeManager, name: str, follow: bool) -> AsyncIterator[dict[str, str]]:
+    """The load balancer's access log (the rotated part first); following, new lines as
+    the controller writes them, across a rotation."""
+    path = m.access_log_path(name)
+    async for text in _read_chunks(path.with_name(path.name + ".1")):
+        yield {"text": text}
+    pos = 0
+    while True:
+        try:
+            size = (await anyio.Path(path).stat()).st_size
+        except FileNotFoundError:
+            size = 0
+        if size < pos:  # rotated: what was left in the old file is in .1, read the new one
+            pos = 0
+        if size > pos:
+            async with await anyio.open_file(path, "rb") as f:
+                await f.seek(pos)
+                data = await f.read(size - pos)
+            end = data.rfind(b"\n") + 1  # whole lines only
+            if end:
+                pos += end
+                yield {"text": data[:end].decode(errors="replace")}
+        if not follow:
+            yield {"text": ""}
+            return
+        if m.controllers.get(name) is None and await m.db.get_service(name) is None:
+            return
+        await anyio.sleep(0.5)
 
 
 async def _read_chunks(path: Any, size: int = 256 * 1024) -> AsyncIterator[str]:

@@ -22,6 +22,7 @@ TOPIC_PANES: dict[str, tuple[str, ...]] = {
     "managed_jobs": ("managed",),
     "services": ("services",),
     "replicas": ("services",),
+    "serve": ("services",),
 }
 
 

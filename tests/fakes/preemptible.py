@@ -13,7 +13,8 @@ Register with `install()` (registers the cloud under "fakecloud"; idempotent).
 
 Across processes (a test driving a daemon subprocess): load this module into the daemon
 with ``SKYD_EXTRA_PLUGINS=tests.fakes.preemptible`` and turn the knobs through the file
-``$SKYD_HOME/fakecloud-knobs.json`` (`write_knobs(refused=[[region, zone]], fail_next=n)`),
+``$SKYD_HOME/fakecloud-knobs.json`` (`write_knobs(refused=[[region, zone]], fail_next=n)`;
+``[region, zone, "spot"]`` refuses only spot capacity there),
 which the provisioner reads on every provision; `preempt` works from any process (it kills
 by /proc and leaves a marker file in the cluster's directory).
 """
@@ -137,7 +138,9 @@ class PreemptibleProvisioner(Provisioner):
             self.failures_left += int(knobs["fail_next"])
             write_knobs(refused=knobs.get("refused", []), fail_next=0)
         refused = list(self.refused) + [tuple(x) for x in knobs.get("refused", [])]
-        for region, zone in refused:
+        for region, zone, *kind in refused:  # kind ["spot"]: only spot capacity is short
+            if kind and kind[0] == "spot" and not req.use_spot:
+                continue
             if (region is None or region == off.region) and (zone is None or zone == off.zone):
                 raise ResourcesUnavailableError(
                     f"{NAME}/{off.region}/{off.zone}: insufficient capacity for {off.instance_type}"

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static
 
 from skyd.errors import SkydError
@@ -88,6 +89,12 @@ class TablePane(Vertical):
 
     # -- reload ---------------------------------------------------------------------------
     async def reload(self) -> None:
+        try:
+            await self._reload()
+        except NoMatches:  # the app is closing: the pane's widgets went during the read
+            pass
+
+    async def _reload(self) -> None:
         try:
             rows = await self.fetch()
         except Unavailable:
