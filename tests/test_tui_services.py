@@ -40,10 +40,11 @@ def _traffic(url: str, n: int) -> None:
 async def test_services_pane_shows_replicas_and_live_rates(serving: dict[str, Any]) -> None:
     app = SkydApp()
     async with app.run_test(size=(140, 30)) as pilot:
-        await wait_for(pilot, lambda: app.painted_at is not None, what="first paint")
+        await wait_for(pilot, lambda: app.painted_at is not None, timeout=30, what="first paint")
         await pilot.press("4")
         pane = app.pane("services")
-        await wait_for(pilot, lambda: "tuisvc/2" in pane.rows, what="replica rows")
+        await wait_for(pilot, lambda: "tuisvc/2" in pane.rows, timeout=30,
+                       what="replica rows")
         text = screen_text(app)
         for s in ("tuisvc", "READY", "2/2 ready", "└ replica 1", "└ replica 2",
                   "1 services, 1 ready", serving["endpoint"]):
