@@ -169,9 +169,9 @@ def test_ports_disk_image_labels_reach_the_provider_and_unsupported_is_refused(
     assert (body["ports"], body["disk_size"], body["image_id"]) == (["8080"], 64, "img-7")
     assert body["labels"]["team"] == "ml"
     _down(env, api, "tc-feat")
-    r = env_fail(tmp_path, "resources:\n  infra: local\n  use_spot: true\nrun: echo hi\n")
+    r = env_fail(tmp_path, "resources:\n  infra: local\n  image_id: img-7\nrun: echo hi\n")
     assert r.returncode == 2, r.stderr
-    assert "resources.use_spot: spot is not supported on the 'local' infra" in r.stderr
+    assert "resources.image_id: image_id is not supported on the 'local' infra" in r.stderr
     assert "infras that support it:" in r.stderr and "aws" in r.stderr  # named in the hint
 
 

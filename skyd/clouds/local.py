@@ -416,7 +416,7 @@ def _agents_on(node_dir: Path) -> list[int]:
 
 class LocalCloud(Cloud):
     name = LOCAL
-    unsupported = frozenset({"bucket_mounts", "spot"})
+    unsupported = frozenset({"bucket_mounts", "spot", "image_id"})  # nodes are sandboxes: no image
     check_ttl_s = 0.0  # nothing to probe
 
     def __init__(self) -> None:
