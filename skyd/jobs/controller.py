@@ -14,6 +14,7 @@ tears that cluster down and starts a new attempt (never re-using an attempt numb
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 import traceback
@@ -124,8 +125,8 @@ class JobController:
         try:
             await self._run_scoped()
         except anyio.get_cancelled_exc_class() as e:
-            if self.m.stopping:
-                raise
+            if self.m.stopping or _outer_cancelled():
+                raise  # the daemon (or whoever runs us) is stopping: leave the row for resume
             # A cancellation our scope could not absorb (a native Task.cancel() from a
             # library): this job ends here; re-raised, it would end the daemon.
             await self._fail_controller(e, also=[S.CANCELLING.value])
@@ -442,3 +443,10 @@ def _loc(att: dict[str, Any]) -> Block | None:
     if not att.get("cloud"):
         return None
     return Block(att["cloud"], att.get("region"), att.get("zone"))
+
+
+def _outer_cancelled() -> bool:
+    """Whether a scope around this task was cancelled (a real stop), as opposed to a stray
+    native cancellation that no scope asked for: a cancelled scope makes the effective
+    deadline -inf."""
+    return anyio.current_effective_deadline() == -math.inf
