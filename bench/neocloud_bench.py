@@ -72,7 +72,13 @@ def main() -> None:
            "SKYD_HOME": str(tmp / "home"), "SKYD_SOCKET": str(tmp / "s.sock"),
            "SKYD_CONFIG_DIR": str(tmp / "config"), "PYTHONPATH": f"{GUARD_DIR}:{REPO}",
            "SKYD_NETGUARD_LOG": str(guard), "CLOUDSDK_CONFIG": str(tmp / "gcloud"),
-           "GOOGLE_APPLICATION_CREDENTIALS": ""}
+           "GOOGLE_APPLICATION_CREDENTIALS": "",
+           # Only the fakes: no AWS instance metadata, no developer profile (as the suite sets).
+           "SKYD_AWS_LOOPBACK_ONLY": "1", "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_CONFIG_FILE": str(tmp / "aws-config"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "aws-credentials")}
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(k, None)
     env.pop("SKYD_CATALOG_DIR", None)
     solver = solver_warm()
     daemon = subprocess.Popen([sys.executable, "-m", "skyd.daemon"], env=env, cwd=str(REPO),
