@@ -23,11 +23,9 @@ asyncssh is imported here; import this module lazily from CLI paths.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shlex
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +34,21 @@ from typing import Any
 import anyio
 import asyncssh
 
-from skyd import paths
-from skyd.errors import SkydError
-from skyd.transports.base import AgentAddress, CommandError, RunResult, Transport, command_line
+from skyd.transports.base import AgentAddress, RunResult, Transport, command_line
 from skyd.transports.relay import RELAY, Pipe, RelayListener
+from skyd.transports.ssh_hosts import (
+    _CONN_ERRORS,
+    _NO_FORWARDING,
+    SSHCommandError,
+    SSHConnectError,
+    SSHConnectionLost,
+    SSHTarget,
+    _Client,
+    _limiter,
+    _load_known_hosts,
+    is_connection_error,
+    known_hosts_path,
+)
 
 __all__ = [
     "RunResult",
@@ -51,173 +60,6 @@ __all__ = [
     "is_connection_error",
     "known_hosts_path",
 ]
-
-
-def known_hosts_path() -> Path:
-    return paths.home() / "ssh" / "known_hosts"
-
-
-@dataclass(frozen=True)
-class SSHTarget:
-    """Where and as whom to connect. ``host`` may be an ~/.ssh/config alias."""
-
-    host: str
-    port: int | None = None  # None: ~/.ssh/config or 22
-    user: str | None = None
-    identity_file: str | None = None
-    proxy_jump: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.user or ''}@{self.host}:{self.port or 22}"
-
-    def __str__(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"{user}{self.host}{port}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "port": self.port,
-            "user": self.user,
-            "identity_file": self.identity_file,
-            "proxy_jump": self.proxy_jump,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SSHTarget:
-        return cls(
-            host=str(d["host"]),
-            port=int(d["port"]) if d.get("port") else None,
-            user=d.get("user") or None,
-            identity_file=d.get("identity_file") or None,
-            proxy_jump=d.get("proxy_jump") or None,
-        )
-
-    def ssh_command(self, *, connect_timeout: int = 10) -> list[str]:
-        """An OpenSSH client command line with the same settings (for rsync's ``-e``)."""
-        cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}"]
-        cmd += ["-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3"]
-        files = [str(known_hosts_path())]
-        user_kh = Path("~/.ssh/known_hosts").expanduser()
-        if user_kh.exists():
-            files.append(str(user_kh))
-        cmd += ["-o", "UserKnownHostsFile=" + " ".join(files), "-o", "StrictHostKeyChecking=yes"]
-        if self.port:
-            cmd += ["-p", str(self.port)]
-        if self.identity_file:
-            cmd += ["-i", os.path.expanduser(self.identity_file), "-o", "IdentitiesOnly=yes"]
-        if self.user:
-            cmd += ["-l", self.user]
-        if self.proxy_jump:
-            cmd += ["-J", self.proxy_jump]
-        return cmd
-
-
-class SSHConnectError(SkydError):
-    """Could not open an SSH connection (or reach the agent over it). ``kind``: unreachable |
-    auth | hostkey | timeout | forwarding."""
-
-    def __init__(self, message: str, *, kind: str, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.kind = kind
-
-
-class SSHConnectionLost(SkydError):
-    """The connection dropped while a command was running (it may or may not have run)."""
-
-
-class SSHCommandError(CommandError):
-    """A command run with ``check=True`` exited non-zero on an SSH host."""
-
-
-_CONN_ERRORS: tuple[type[BaseException], ...] = (
-    asyncssh.ConnectionLost,
-    asyncssh.DisconnectError,
-    asyncssh.ChannelOpenError,
-    asyncssh.sftp.SFTPConnectionLost,
-    SSHConnectionLost,
-    BrokenPipeError,
-    ConnectionResetError,
-    ConnectionAbortedError,
-    EOFError,
-)
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when ``exc`` means the SSH connection (not the command) failed."""
-    return isinstance(exc, _CONN_ERRORS) or (
-        isinstance(exc, SSHConnectError) and exc.kind in ("unreachable", "timeout")
-    )
-
-
-# -- host keys ----------------------------------------------------------------------------
-
-
-def _load_known_hosts() -> asyncssh.SSHKnownHosts:
-    chunks = []
-    for p in (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path()):
-        try:
-            chunks.append(p.read_text())
-        except OSError:
-            continue
-    return asyncssh.import_known_hosts("\n".join(chunks))
-
-
-def _kh_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
-# Hosts (SSHTarget.key) whose sshd refused a direct-tcpip channel: their agents are reached
-# through the exec relay from then on (for this daemon's lifetime).
-_NO_FORWARDING: set[str] = set()
-
-
-class _Client(asyncssh.SSHClient):
-    def __init__(self, target: SSHTarget, known: asyncssh.SSHKnownHosts, strict: bool) -> None:
-        self.target = target
-        self.known = known
-        self.strict = strict
-        self.lost = False
-        self.hostkey_problem: str | None = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-
-    def validate_host_public_key(
-        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
-    ) -> bool:
-        # Called only when the key matched nothing in known_hosts.
-        keys = self.known.match(host, addr, port if port != 22 else None)[0]
-        if keys:
-            self.hostkey_problem = "changed"
-            return False
-        if self.strict:
-            self.hostkey_problem = "unknown"
-            return False
-        line = f"{_kh_name(host, port)} {key.export_public_key('openssh').decode().strip()}\n"
-        p = known_hosts_path()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a") as f:  # small append, once per new host
-            f.write(line)
-        return True
-
-
-# -- connection limiter (per event loop) --------------------------------------------------
-
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _limiter() -> anyio.Semaphore:
-    loop = asyncio.get_running_loop()
-    sem = _LIMITERS.get(loop)
-    if sem is None:
-        sem = anyio.Semaphore(int(os.environ.get("SKYD_SSH_MAX_CONNECTS", "16")))
-        _LIMITERS[loop] = sem
-    return sem
 
 
 # Relay sessions per SSH connection (OpenSSH's MaxSessions defaults to 10).
