@@ -28,7 +28,7 @@ async def test_launch_exec_down_on_real_sshd(skyd_home: Path, tmp_path: Path) ->
     wd.mkdir()
     (wd / "in.txt").write_text("from-workdir")
     try:
-        async with real_sshd(work, port=2222) as s:
+        async with real_sshd(work) as s:
             cfg = skyd_home.parent / "config"
             cfg.mkdir(parents=True, exist_ok=True)
             (cfg / "ssh_node_pools.yaml").write_text(
@@ -57,7 +57,7 @@ async def test_launch_exec_logs_down_on_real_sshd_without_tcp_forwarding(skyd_ho
     """sshd with ``AllowTcpForwarding no``: the agent is reached through the exec relay."""
     work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     try:
-        async with real_sshd(work, port=2223, allow_tcp_forwarding=False) as s:
+        async with real_sshd(work, allow_tcp_forwarding=False) as s:
             cfg = skyd_home.parent / "config"
             cfg.mkdir(parents=True, exist_ok=True)
             (cfg / "ssh_node_pools.yaml").write_text(

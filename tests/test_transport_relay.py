@@ -137,7 +137,7 @@ async def test_real_sshd_relays_more_connections_than_max_sessions(skyd_home: Pa
     through the relay still all get their stream (relays spread over extra connections)."""
     work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     try:
-        async with real_sshd(work, port=2224, allow_tcp_forwarding=False) as s:
+        async with real_sshd(work, allow_tcp_forwarding=False) as s:
             cfg = skyd_home.parent / "config"
             cfg.mkdir(parents=True, exist_ok=True)
             (cfg / "ssh_node_pools.yaml").write_text(

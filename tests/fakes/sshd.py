@@ -1,4 +1,4 @@
-"""A real OpenSSH server on 127.0.0.2:2222 for a clean test user (CI tier).
+"""A real OpenSSH server on 127.0.0.2 (a free port) for a clean test user (CI tier).
 
 Needs root and Debian's ``openssh-server`` (``/usr/sbin/sshd``). The user ``skydtest`` is
 created once (``useradd -m``, then ``usermod -p '*'`` to unlock key login; not root, whose
@@ -59,8 +59,13 @@ class RealSSHD:
 
 @contextlib.asynccontextmanager
 async def real_sshd(
-    tmp: Path, host: str = "127.0.0.2", port: int = 2222, *, allow_tcp_forwarding: bool = True
+    tmp: Path, host: str = "127.0.0.2", port: int | None = None, *,
+    allow_tcp_forwarding: bool = True,
 ) -> AsyncIterator[RealSSHD]:
+    if port is None:  # a free port, so that another run's sshd is never the one we reach
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
     home = ensure_user()
     tmp.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o755)
