@@ -156,6 +156,10 @@ class PreemptibleProvisioner(Provisioner):
             if d is not None:
                 import shutil
 
+                from skyd.storage.rclone import unmount_under
+
+                await unmount_under(d)  # never delete through a bucket mount
+
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(d, ignore_errors=True))
             self.preempted.discard(req.cluster_name)
         handle = await self.inner.provision(req, log)
@@ -191,13 +195,16 @@ class PreemptibleProvisioner(Provisioner):
     ) -> tuple[int, int]:
         return await self.inner.sync_dir(handle, rank, src, dst, excludes)
 
+    def node_shell(self, handle: ClusterHandle, rank: int) -> Any:
+        return self.inner.node_shell(handle, rank)
+
     async def close(self) -> None:
         await self.inner.close()
 
 
 class FakePreemptibleCloud(Cloud):
     name = NAME
-    unsupported = frozenset({"bucket_mounts"})
+    unsupported: frozenset[str] = frozenset()
 
     def __init__(self, provisioner: PreemptibleProvisioner | None = None) -> None:
         self._prov = provisioner or PreemptibleProvisioner()
