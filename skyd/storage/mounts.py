@@ -47,8 +47,11 @@ class BucketMount:
 
     @property
     def uri(self) -> str:
-        scheme = {"GCS": "gs"}.get(self.store, self.store.lower())
-        return f"{scheme}://{self.bucket}/{self.prefix}"
+        return f"{self.bucket_uri}/{self.prefix}"
+
+    @property
+    def bucket_uri(self) -> str:
+        return f"{ {'GCS': 'gs'}.get(self.store, self.store.lower())}://{self.bucket}"
 
 
 def plan(task: Any) -> list[BucketMount]:
@@ -77,6 +80,7 @@ def plan(task: Any) -> list[BucketMount]:
             if fm.store and fm.store != ref.store:
                 raise InvalidSpecError(f"store {fm.store} does not match source {src!r}",
                                        field=f"{field}.store", hint="drop store or fix it")
+            _check_mountable(ref.store, mode, field)
             out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix, mode=mode))
             continue
         store = (fm.store or "S3").upper()
@@ -86,11 +90,19 @@ def plan(task: Any) -> list[BucketMount]:
         if not fm.name:
             raise InvalidSpecError("a local source needs a bucket name", field=f"{field}.name",
                                    hint="add name: my-bucket (created, then uploaded to)")
-        check_bucket_name(fm.name, f"{field}.name")
+        check_bucket_name(fm.name, f"{field}.name", store)
+        _check_mountable(store, mode, field)
         out.append(BucketMount(dst, store, fm.name, "", local_source=src,
                                persistent=bool(fm.persistent if fm.persistent is not None
                                                else True), mode=mode))
     return out
+
+
+def _check_mountable(store: str, mode: str, field: str) -> None:
+    if store == "GCS" and mode != "COPY":
+        raise InvalidSpecError(f"mode {mode} is not supported for GCS buckets yet",
+                               field=f"{field}.mode",
+                               hint="use mode: COPY (the bucket is downloaded onto every node)")
 
 
 async def preflight(mounts: list[BucketMount]) -> None:
@@ -110,7 +122,7 @@ async def preflight(mounts: list[BucketMount]) -> None:
                                                field=f"{m.field}.source", hint="fix the path")
                     continue
                 if not await st.bucket_exists(m.bucket):
-                    raise InvalidSpecError(f"bucket {m.uri} does not exist", field=m.field,
+                    raise InvalidSpecError(f"bucket {m.bucket_uri} does not exist", field=m.field,
                                            hint="check the bucket name (and the endpoint/account)")
         finally:
             await st.close()
