@@ -34,6 +34,7 @@ from skyd.errors import CredentialsError, SkydError
 
 LogFn = Callable[[str], None]
 CONF = "rclone.conf"
+MOUNTS = "mounts.list"  # the mount points made on the node, one a line (for unmount_node)
 
 CHECK = r"""
 if ! command -v rclone >/dev/null 2>&1; then
@@ -176,6 +177,9 @@ async def mount_on_node(sh: Any, mounts: list[Any], conf_text: str, log: LogFn) 
             raise MountError(f"rclone mount of {m.uri} at {m.dst} on {sh.label} failed:"
                              f" {(tail.stdout or r.stderr).strip()[-300:]}",
                              hint=f"check {m.field}; or use mode: COPY")
+        listed = posixpath.join(sh.skyd_dir, MOUNTS)
+        await sh.transport.run(f"grep -qxF -- {shlex.quote(dst)} {shlex.quote(listed)} 2>/dev/null"
+                               f" || printf '%s\\n' {shlex.quote(dst)} >> {shlex.quote(listed)}")
         how = "already mounted" if "ALREADY" in r.stdout else "mounted"
         log(f"{m.uri} {how} at {m.dst} on {sh.label} ({m.mode}, rclone)")
 
@@ -192,7 +196,31 @@ async def mount_all(prov: Any, handle: Any, mounts: list[Any], log: LogFn) -> No
             tg.start_soon(mount_on_node, sh, mounts, conf_text, log)
 
 
-# -- unmounting (this machine: local sandboxes) ------------------------------------------------
+# -- unmounting ---------------------------------------------------------------------------------
+
+UNMOUNT = r"""
+f={list}
+[ -f "$f" ] || exit 0
+while IFS= read -r p; do
+  [ -n "$p" ] || continue
+  if mountpoint -q "$p" 2>/dev/null || grep -qs " $p fuse" /proc/mounts; then
+    fusermount3 -u "$p" 2>/dev/null || fusermount -u "$p" 2>/dev/null \
+      || fusermount3 -uz "$p" 2>/dev/null || fusermount -uz "$p" 2>/dev/null || umount -l "$p" 2>/dev/null
+    echo "unmounted $p"
+  fi
+done < "$f"
+rm -f "$f"
+"""
+
+
+async def unmount_node(sh: Any, log: LogFn) -> None:
+    """Unmount what ``mount_on_node`` mounted on a remote node (lazily if busy)."""
+    r = await sh.transport.run(UNMOUNT.format(list=shlex.quote(posixpath.join(sh.skyd_dir, MOUNTS))),
+                               timeout=120)
+    for ln in r.stdout.splitlines():
+        if ln.startswith("unmounted "):
+            log(f"Unmounted {ln.removeprefix('unmounted ')} on {sh.label}")
+
 
 def _unescape(p: str) -> str:
     return p.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
