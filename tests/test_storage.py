@@ -167,3 +167,16 @@ def test_managed_job_gets_the_copy(env: Env, s3: Any, tmp_path: Path) -> None:
             break
         time.sleep(0.5)
     assert "managed-copy" in out
+
+
+def test_mount_on_an_infra_that_cannot_mount_refused_before_provisioning(
+        env: Env, s3: Any, tmp_path: Path) -> None:
+    if "skyd-src" not in _buckets(s3):
+        s3.create_bucket(Bucket="skyd-src")
+    y = write(tmp_path / "k.yaml", "resources: {infra: aws}\nfile_mounts:\n"
+              "  ~/d: {source: s3://skyd-src, mode: MOUNT}\nrun: 'true'\n")
+    r = cli("launch", "-c", "st-aws", "-y", str(y))
+    assert r.returncode == 2, r.stderr
+    assert "file_mounts.~/d" in r.stderr and "'aws'" in r.stderr, r.stderr
+    assert "local" in r.stderr  # the infras that can mount are named
+    assert env.status("st-aws") is None
