@@ -113,8 +113,11 @@ run: |
     conf = cdir / "node-0" / ".skyd" / "rclone.conf"
     assert conf.stat().st_mode & 0o777 == 0o600
     assert len(_fuse_under(cdir)) == 2
-    env.ok("down", "-y", "st-mnt", timeout=60)
+    # A cached write just before `down` is uploaded before the mount goes.
+    env.ok("exec", "st-mnt", "echo late > ~/c/late.txt", timeout=60)
+    env.ok("down", "-y", "st-mnt", timeout=90)
     assert _fuse_under(cdir) == []
+    assert _get(s3, "skyd-mnt", "in/late.txt") == b"late\n"
     assert _get(s3, "skyd-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
 
 

@@ -155,7 +155,7 @@ class LocalProvisioner(Provisioner):
         nodes: list[NodeHandle] = []
         from skyd.storage.rclone import unmount_under
 
-        await unmount_under(self.cluster_dir(req.cluster_name))  # mounts a killed node left
+        await unmount_under(self.cluster_dir(req.cluster_name), wait=False)  # a killed node's
         for rank in range(req.num_nodes):
             node_dir = self.node_dir(req.cluster_name, rank)
             for sub in ("home", "workdir", "root"):
@@ -361,7 +361,7 @@ class LocalProvisioner(Provisioner):
             return  # nothing of ours can be there
         from skyd.storage.rclone import unmount_under
 
-        await unmount_under(cdir)
+        await unmount_under(cdir, wait=False)
         for nd in nds:
             info = self._agent_info(nd)
             if info and self._pid_alive(int(info["pid"])):

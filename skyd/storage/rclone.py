@@ -201,6 +201,8 @@ async def mount_all(prov: Any, handle: Any, mounts: list[Any], log: LogFn) -> No
 UNMOUNT = r"""
 f={list}
 [ -f "$f" ] || exit 0
+i=0  # MOUNT_CACHED: wait (bounded) for uploads rclone would drop on unmount
+while grep -rqs '"Dirty": true' {cache}/vfsMeta && [ $i -lt 240 ]; do sleep 0.25; i=$((i+1)); done
 while IFS= read -r p; do
   [ -n "$p" ] || continue
   if mountpoint -q "$p" 2>/dev/null || grep -qs " $p fuse" /proc/mounts; then
@@ -215,8 +217,10 @@ rm -f "$f"
 
 async def unmount_node(sh: Any, log: LogFn) -> None:
     """Unmount what ``mount_on_node`` mounted on a remote node (lazily if busy)."""
-    r = await sh.transport.run(UNMOUNT.format(list=shlex.quote(posixpath.join(sh.skyd_dir, MOUNTS))),
-                               timeout=120)
+    r = await sh.transport.run(
+        UNMOUNT.format(list=shlex.quote(posixpath.join(sh.skyd_dir, MOUNTS)),
+                       cache=shlex.quote(posixpath.join(sh.skyd_dir, "rclone-cache"))),
+        timeout=180)
     for ln in r.stdout.splitlines():
         if ln.startswith("unmounted "):
             log(f"Unmounted {ln.removeprefix('unmounted ')} on {sh.label}")
@@ -242,9 +246,34 @@ def fuse_mounts_under(root: str | Path) -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-def _unmount_blocking(root: str | Path) -> list[str]:
-    done = []
-    for mp in fuse_mounts_under(root):
+WRITEBACK_WAIT_S = 60.0  # how long down/stop waits for MOUNT_CACHED uploads to finish
+
+
+def _dirty(root: str | Path) -> list[Path]:
+    """rclone cache metadata of files not uploaded yet (MOUNT_CACHED) below ``root``."""
+    out = []
+    r = Path(root)  # a node dir or a cluster dir of sandboxes; never a walk into the mounts
+    for meta in [*r.glob(".skyd/rclone-cache/vfsMeta"), *r.glob("node-*/.skyd/rclone-cache/vfsMeta")]:
+        for f in meta.rglob("*"):
+            try:
+                if f.is_file() and '"Dirty": true' in f.read_text(errors="replace"):
+                    out.append(f)
+            except OSError:
+                continue
+    return out
+
+
+def _unmount_blocking(root: str | Path, wait: bool) -> list[str]:
+    import time
+
+    done: list[str] = []
+    mounts = fuse_mounts_under(root)
+    if not mounts:
+        return done
+    deadline = time.monotonic() + WRITEBACK_WAIT_S
+    while wait and _dirty(root) and time.monotonic() < deadline:  # rclone drops pending uploads on unmount
+        time.sleep(0.25)
+    for mp in mounts:
         for argv in (["fusermount3", "-u", mp], ["fusermount", "-u", mp],
                      ["fusermount3", "-uz", mp], ["fusermount", "-uz", mp], ["umount", "-l", mp]):
             try:
@@ -256,9 +285,12 @@ def _unmount_blocking(root: str | Path) -> list[str]:
     return done
 
 
-async def unmount_under(root: str | Path, log: LogFn | None = None) -> list[str]:
-    """Unmount every FUSE mount below ``root`` on this machine (lazily if busy)."""
-    done = await anyio.to_thread.run_sync(_unmount_blocking, root)
+async def unmount_under(root: str | Path, log: LogFn | None = None, *,
+                        wait: bool = True) -> list[str]:
+    """Unmount every FUSE mount below ``root`` on this machine (lazily if busy); with
+    ``wait``, first give MOUNT_CACHED's pending uploads up to WRITEBACK_WAIT_S to finish
+    (rclone drops them at unmount). No wait for mounts a killed node left behind."""
+    done = await anyio.to_thread.run_sync(_unmount_blocking, root, wait)
     if log is not None:
         for mp in done:
             log(f"Unmounted {mp}")

@@ -158,7 +158,7 @@ class PreemptibleProvisioner(Provisioner):
 
                 from skyd.storage.rclone import unmount_under
 
-                await unmount_under(d)  # never delete through a bucket mount
+                await unmount_under(d, wait=False)  # never delete through a bucket mount
 
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(d, ignore_errors=True))
             self.preempted.discard(req.cluster_name)
