@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,7 +87,7 @@ run: cat ~/up/x.txt
 
 @pytest.mark.parametrize(("mount", "says", "rc"), [
     ("gs://no-such-gs-bucket/x", "bucket gs://no-such-gs-bucket does not exist", 2),
-    ("{source: gs://skyd-gsrc, mode: MOUNT}", "not supported for GCS", 2),
+    ("{source: gs://no-such-gs-bucket, mode: MOUNT}", "does not exist", 2),
     ("gs://googly-name", "goog", 2),
 ])
 def test_bad_gcs_input_before_provisioning(env: Env, gcs: FakeGCS, tmp_path: Path, mount: str,
@@ -97,3 +100,36 @@ def test_bad_gcs_input_before_provisioning(env: Env, gcs: FakeGCS, tmp_path: Pat
     assert says in r.stderr and "file_mounts.~/d" in r.stderr, r.stderr
     assert env.status("gs-bad") is None
     assert not env.cluster_dir("gs-bad").exists()
+
+
+@pytest.mark.skipif(shutil.which("rclone") is None or not os.access("/dev/fuse", os.R_OK | os.W_OK),
+                    reason="rclone or a usable /dev/fuse is missing")
+def test_mount_gcs_bucket_reads_and_writes(env: Env, gcs: FakeGCS, tmp_path: Path) -> None:
+    gcs.buckets["skyd-gsmnt"] = {"in/h.txt": b"gcs-hello\n"}
+    y = write(tmp_path / "m.yaml", """\
+resources: {infra: local}
+file_mounts:
+  ~/g:
+    source: gs://skyd-gsmnt
+    mode: MOUNT
+  ~/gc:
+    source: gs://skyd-gsmnt/cached
+    mode: MOUNT_CACHED
+run: |
+  cat ~/g/in/h.txt
+  echo from-job > ~/g/out.txt
+  echo cached > ~/gc/c.txt
+""")
+    r = env.ok("launch", "-c", "gs-mnt", "-y", str(y), timeout=120)
+    out = r.stdout + r.stderr
+    assert "gcs-hello" in out and "gs://skyd-gsmnt/ mounted at ~/g" in out, out
+    assert "PRIVATE KEY" not in out
+    assert gcs.buckets["skyd-gsmnt"].get("out.txt") == b"from-job\n"
+    env.ok("down", "-y", "gs-mnt", timeout=90)  # waits for the cached upload, then unmounts
+    deadline = time.monotonic() + 10
+    while "cached/c.txt" not in gcs.buckets["skyd-gsmnt"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gcs.buckets["skyd-gsmnt"].get("cached/c.txt") == b"cached\n"
+    with open("/proc/self/mounts") as f:
+        assert not [ln for ln in f if "gs-mnt" in ln]
+

@@ -196,3 +196,35 @@ class GCSStore:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def rclone_remote() -> dict[str, str]:
+    """The rclone ``google cloud storage`` remote for MOUNT modes: the service-account key
+    the daemon found (it goes only into the node's 0600 rclone.conf), the driver's
+    project, and the endpoint where SKYD_GCS_URL is set."""
+    import json
+
+    from skyd.clouds.gcp.config import LOGIN_HINT, find_credentials, project_id, settings
+
+    creds = await anyio.to_thread.run_sync(find_credentials)
+    if creds is None:
+        raise CredentialsError("no GCP credentials found for the GCS mount", hint=LOGIN_HINT)
+    if creds.kind != "service_account":
+        raise CredentialsError(
+            f"mounting a GCS bucket needs a service-account key; {creds.path} holds"
+            f" {creds.kind} credentials",
+            hint="point GOOGLE_APPLICATION_CREDENTIALS at a service-account key, or use mode: COPY")
+    data = dict(creds.data)
+    from skyd.clouds.gcp.config import token_url
+
+    if token_url():
+        data["token_uri"] = token_url()
+    opts = {"type": "google cloud storage", "service_account_credentials": json.dumps(data),
+            "bucket_policy_only": "true", "env_auth": "false"}
+    project = project_id(creds, settings())
+    if project:
+        opts["project_number"] = project
+    if os.environ.get("SKYD_GCS_URL"):
+        opts["endpoint"] = base_url() + "/storage/v1/"
+    return opts
+

@@ -80,7 +80,6 @@ def plan(task: Any) -> list[BucketMount]:
             if fm.store and fm.store != ref.store:
                 raise InvalidSpecError(f"store {fm.store} does not match source {src!r}",
                                        field=f"{field}.store", hint="drop store or fix it")
-            _check_mountable(ref.store, mode, field)
             out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix, mode=mode))
             continue
         store = (fm.store or "S3").upper()
@@ -91,18 +90,10 @@ def plan(task: Any) -> list[BucketMount]:
             raise InvalidSpecError("a local source needs a bucket name", field=f"{field}.name",
                                    hint="add name: my-bucket (created, then uploaded to)")
         check_bucket_name(fm.name, f"{field}.name", store)
-        _check_mountable(store, mode, field)
         out.append(BucketMount(dst, store, fm.name, "", local_source=src,
                                persistent=bool(fm.persistent if fm.persistent is not None
                                                else True), mode=mode))
     return out
-
-
-def _check_mountable(store: str, mode: str, field: str) -> None:
-    if store == "GCS" and mode != "COPY":
-        raise InvalidSpecError(f"mode {mode} is not supported for GCS buckets yet",
-                               field=f"{field}.mode",
-                               hint="use mode: COPY (the bucket is downloaded onto every node)")
 
 
 async def preflight(mounts: list[BucketMount]) -> None:

@@ -103,6 +103,10 @@ async def config_text(stores: set[str]) -> str:
     for st in sorted(stores):
         if st in ("S3", "R2"):
             out.append(_ini(remote_name(st), await s3_remote()))
+        elif st == "GCS":
+            from skyd.storage.gcs import rclone_remote
+
+            out.append(_ini(remote_name(st), await rclone_remote()))
         else:
             raise MountError(f"store {st} cannot be mounted")
     return "\n".join(out)

@@ -6,9 +6,11 @@ gcloud-aio-auth sends it; ``service_account_file()`` writes a key whose ``token_
 here), ``/storage/v1/b`` buckets insert/get/delete (409 for a taken name, 409 for a bucket
 not empty), ``/storage/v1/b/<b>/o`` objects list (``prefix``, ``maxResults``,
 ``pageToken``/``nextPageToken``), get (metadata, or the bytes with ``alt=media``), delete;
-``/upload/storage/v1/b/<b>/o`` simple (``uploadType=media``) and resumable
-(``uploadType=resumable``: a session ``Location``, then ``PUT`` pieces with
-``Content-Range``, 308 until the last) uploads. Every call needs a token issued here (401
+``/upload/storage/v1/b/<b>/o`` simple (``uploadType=media``), multipart
+(``uploadType=multipart``: multipart/related, JSON metadata then the bytes; what rclone
+sends) and resumable (``uploadType=resumable``: a session ``Location``, then ``PUT``
+pieces with ``Content-Range``, 308 until the last) uploads. Listing honours
+``delimiter`` (``prefixes``); object metadata carries ``updated`` and ``mediaLink``. Every call needs a token issued here (401
 otherwise). Objects live in memory.
 
     gcs = FakeGCS().start(); os.environ["SKYD_GCS_URL"] = gcs.url
@@ -33,6 +35,7 @@ class FakeGCS:
     def __init__(self) -> None:
         self.port = 0
         self.buckets: dict[str, dict[str, bytes]] = {}
+        self.updated: dict[tuple[str, str], str] = {}
         self.tokens: set[str] = set()
         self.uploads: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
@@ -92,6 +95,7 @@ class FakeGCS:
         r.add_delete("/storage/v1/b/{b}", self._bucket_delete)
         r.add_get("/storage/v1/b/{b}/o", self._list)
         r.add_get("/storage/v1/b/{b}/o/{o:.+}", self._object_get)
+        r.add_get("/download/storage/v1/b/{b}/o/{o:.+}", self._object_get)
         r.add_delete("/storage/v1/b/{b}/o/{o:.+}", self._object_delete)
         r.add_post("/upload/storage/v1/b/{b}/o", self._upload)
         r.add_put("/upload/resumable/{sid}", self._resumable_put)
@@ -118,8 +122,21 @@ class FakeGCS:
         return h.startswith("Bearer ") and h[7:] in self.tokens
 
     def _meta(self, bucket: str, name: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        when = self.updated.get((bucket, name), "2026-01-01T00:00:00.000Z")
         return {"kind": "storage#object", "bucket": bucket, "name": name,
-                "size": str(len(self.buckets[bucket][name]))}
+                "size": str(len(self.buckets[bucket][name])), "updated": when,
+                "timeCreated": when, "contentType": "application/octet-stream",
+                "mediaLink": f"{self.url}/download/storage/v1/b/{bucket}/o/"
+                             f"{quote(name, safe='')}?alt=media"}
+
+    def _put(self, bucket: str, name: str, data: bytes) -> None:
+        import datetime
+
+        self.buckets[bucket][name] = data
+        self.updated[(bucket, name)] = datetime.datetime.now(datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
     # -- endpoints ----------------------------------------------------------------------------
 
@@ -178,11 +195,21 @@ class FakeGCS:
             return self._err(404, "The specified bucket does not exist.")
         prefix = request.query.get("prefix", "")
         size = min(int(request.query.get("maxResults", "1000")), self.page_size)
-        names = sorted(n for n in self.buckets[b] if n.startswith(prefix))
+        delim = request.query.get("delimiter", "")
+        entries: set[str] = set()
+        for n in self.buckets[b]:
+            if not n.startswith(prefix):
+                continue
+            cut = n.find(delim, len(prefix)) if delim else -1
+            entries.add(n[:cut + len(delim)] if cut >= 0 else n)
+        names = sorted(entries)
         start = int(request.query.get("pageToken") or 0)
         page = names[start:start + size]
         out: dict[str, Any] = {"kind": "storage#objects",
-                               "items": [self._meta(b, n) for n in page]}
+                               "items": [self._meta(b, n) for n in page if n in self.buckets[b]]}
+        dirs = [n for n in page if n not in self.buckets[b]]
+        if dirs:
+            out["prefixes"] = dirs
         if start + size < len(names):
             out["nextPageToken"] = str(start + size)
         return web.json_response(out)
@@ -213,10 +240,19 @@ class FakeGCS:
         if b not in self.buckets:
             return self._err(404, "The specified bucket does not exist.")
         kind, name = request.query.get("uploadType"), request.query.get("name", "")
+        if kind == "multipart":
+            reader = await request.multipart()
+            meta = json.loads(await (await reader.next()).read())  # type: ignore[union-attr]
+            data = bytes(await (await reader.next()).read())  # type: ignore[union-attr]
+            name = str(meta.get("name") or name)
+            if not name:
+                return self._err(400, "Required: name")
+            self._put(b, name, data)
+            return web.json_response(self._meta(b, name))
         if not name:
             return self._err(400, "Required parameter: name")
         if kind == "media":
-            self.buckets[b][name] = await request.read()
+            self._put(b, name, await request.read())
             return web.json_response(self._meta(b, name))
         if kind == "resumable":
             sid = secrets.token_hex(8)
@@ -239,6 +275,6 @@ class FakeGCS:
         up["data"] += await request.read()
         if len(up["data"]) < int(total):
             return web.Response(status=308, headers={"Range": f"bytes=0-{len(up['data']) - 1}"})
-        self.buckets[up["bucket"]][up["name"]] = bytes(up["data"])
+        self._put(up["bucket"], up["name"], bytes(up["data"]))
         del self.uploads[request.match_info["sid"]]
         return web.json_response(self._meta(up["bucket"], up["name"]))
