@@ -89,3 +89,28 @@ def test_install_is_said_and_secret_only_in_the_0600_file(monkeypatch: pytest.Mo
     assert "'/n/home/my data'" in mount_cmds[0] and "skyd-s3:b1/p" in mount_cmds[0]
     assert "--vfs-cache-mode off" in mount_cmds[0]
     assert "/ck" in mount_cmds[1] and "--vfs-cache-mode full" in mount_cmds[1]
+
+
+def test_gcs_mount_needs_a_service_account_key(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from skyd.errors import CredentialsError
+
+    user = tmp_path / "adc.json"
+    user.write_text(json.dumps({"type": "authorized_user", "client_id": "c",
+                                "client_secret": "s", "refresh_token": "r"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(user))
+    with pytest.raises(CredentialsError) as ei:
+        anyio.run(rclone.config_text, {"GCS"})
+    assert "service-account key" in str(ei.value) and "COPY" in (ei.value.hint or "")
+    sa = tmp_path / "sa.json"
+    sa.write_text(json.dumps({"type": "service_account", "project_id": "p1",
+                              "private_key": "-----BEGIN PRIVATE KEY-----\nabc\n-----END",
+                              "client_email": "x@p1.iam.gserviceaccount.com"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(sa))
+    text = anyio.run(rclone.config_text, {"GCS"})
+    assert text.startswith("[skyd-gcs]\ntype = google cloud storage\n")
+    assert "project_number = p1" in text and "\\nabc\\n" in text  # one line, escaped
+    m = BucketMount("~/g", "GCS", "gb", "", mode="MOUNT")
+    assert "skyd-gcs:gb" in rclone.mount_argv(m, "/n/home/g", "/n/.skyd/rclone.conf", "/n/.skyd", 0)

@@ -5,9 +5,10 @@ On each node (through the provider's ``node_shell``), before setup:
 1. rclone, FUSE and fusermount are checked; a Debian/Ubuntu node where we are root (or
    have passwordless sudo) gets ``apt-get install rclone fuse3`` (said in the launch log),
    any other node missing them is a clear error naming the node and what to install;
-2. an rclone config is written to ``<skyd dir>/rclone.conf`` (0600): one remote per store,
-   with the credentials the daemon's own discovery found and the endpoint where one is set
-   -- secrets travel only in that file, never on a command line, in a log or in SQLite;
+2. an rclone config is written to ``<skyd dir>/rclone.conf`` (0600): one remote per store
+   (``skyd-s3``: S3 or an S3-compatible endpoint; ``skyd-gcs``: a GCS service-account
+   key), with the credentials the daemon's own discovery found and the endpoint where one
+   is set -- secrets travel only in that file, never on a command line, a log or SQLite;
 3. ``rclone mount REMOTE:bucket/prefix DST --daemon`` (argv, shlex-quoted): MOUNT streams
    (``--vfs-cache-mode off``: a write reaches the bucket when the file is closed),
    MOUNT_CACHED writes through a local cache under the skyd dir and uploads 1 s after the
