@@ -318,8 +318,16 @@ class LocalProvisioner(Provisioner):
         return await self.start(handle, log)
 
     async def _remove(self, path: Path, log: LogFn) -> None:
-        """Delete a sandbox tree, never anything outside the root (nor the root)."""
+        """Delete a sandbox tree, never anything outside the root (nor the root), nor one
+        with a FUSE mount still inside (removing it would delete the bucket's objects)."""
+        from skyd.storage.rclone import fuse_mounts_under
+
         root = self.root
+        left = await anyio.to_thread.run_sync(fuse_mounts_under, path)
+        if left:
+            log(f"warning: left {path} in place: still mounted there: {', '.join(left)}"
+                f" (fusermount3 -u each, then skyd down again)")
+            return
         try:
             if await anyio.to_thread.run_sync(fsutil.safe_rmtree, path, root):
                 log(f"Removed {path}")

@@ -156,10 +156,12 @@ class PreemptibleProvisioner(Provisioner):
             if d is not None:
                 import shutil
 
-                from skyd.storage.rclone import unmount_under
+                from skyd.storage.rclone import fuse_mounts_under, unmount_under
 
                 await unmount_under(d, wait=False)  # never delete through a bucket mount
-
+                left = fuse_mounts_under(d)
+                if left:
+                    raise RuntimeError(f"fakecloud: still mounted under {d}: {left}")
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(d, ignore_errors=True))
             self.preempted.discard(req.cluster_name)
         handle = await self.inner.provision(req, log)
