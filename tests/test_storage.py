@@ -112,8 +112,7 @@ def test_storage_ls_and_delete_only_skyd_buckets(env: Env, s3: Any, tmp_path: Pa
 @pytest.mark.parametrize(("mount", "says"), [
     ("s3://no-such-bucket-here/x", "does not exist"),
     ("s3://Bad_Name/x", "not a valid bucket name"),
-    ("{name: skyd-m, source: s3://skyd-src/data, mode: MOUNT}", "COPY"),
-    ("{name: skyd-mc, source: s3://skyd-src/data, mode: MOUNT_CACHED}", "MOUNT_CACHED"),
+    ("{source: s3://no-such-bucket-here, mode: MOUNT}", "does not exist"),
     ("{name: ab, source: /tmp, mode: COPY}", "3 to 63"),
 ])
 def test_bad_input_before_provisioning(env: Env, s3: Any, tmp_path: Path, mount: str,
@@ -168,3 +167,16 @@ def test_managed_job_gets_the_copy(env: Env, s3: Any, tmp_path: Path) -> None:
             break
         time.sleep(0.5)
     assert "managed-copy" in out
+
+
+def test_mount_on_an_infra_that_cannot_mount_refused_before_provisioning(
+        env: Env, s3: Any, tmp_path: Path) -> None:
+    if "skyd-src" not in _buckets(s3):
+        s3.create_bucket(Bucket="skyd-src")
+    y = write(tmp_path / "k.yaml", "resources: {infra: aws}\nfile_mounts:\n"
+              "  ~/d: {source: s3://skyd-src, mode: MOUNT}\nrun: 'true'\n")
+    r = cli("launch", "-c", "st-aws", "-y", str(y))
+    assert r.returncode == 2, r.stderr
+    assert "file_mounts.~/d" in r.stderr and "'aws'" in r.stderr, r.stderr
+    assert "local" in r.stderr  # the infras that can mount are named
+    assert env.status("st-aws") is None

@@ -209,6 +209,11 @@ class Provisioner(ABC):
         """Copy a local directory (or file) to node `rank` (dst relative to the node dir
         when not absolute). Returns (files, bytes) synced."""
 
+    def node_shell(self, handle: ClusterHandle, rank: int) -> Any:
+        """A ``skyd.transports.base.NodeShell`` for node `rank` (bucket MOUNT modes run
+        rclone through it), or None where this provider offers none. Default: None."""
+        return None
+
     async def forget(self, partial: PartialHandle) -> None:  # noqa: B027 - optional hook
         """Remove what an attempt that never produced a handle may have made at
         `partial`'s location (instances found by tag, hosts reserved, directories made).

@@ -44,6 +44,7 @@ from skyd.clouds.base import (
 from skyd.clouds.offering import Offering
 from skyd.transports import agent_deploy
 from skyd.transports.agent_deploy import AgentSite
+from skyd.transports.base import NodeShell
 from skyd.transports.local import LocalTransport
 
 LOCAL = "local"
@@ -152,6 +153,9 @@ class LocalProvisioner(Provisioner):
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
         nodes: list[NodeHandle] = []
+        from skyd.storage.rclone import unmount_under
+
+        await unmount_under(self.cluster_dir(req.cluster_name), wait=False)  # a killed node's
         for rank in range(req.num_nodes):
             node_dir = self.node_dir(req.cluster_name, rank)
             for sub in ("home", "workdir", "root"):
@@ -271,6 +275,7 @@ class LocalProvisioner(Provisioner):
                 await anyio.to_thread.run_sync(kill_recorded_groups, nd)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
+        await self._unmount(handle, log)
         await self._shutdown_agents(handle)
         await self._reap_jobs([Path(n.node_dir) for n in handle.nodes if n.node_dir])
         for node in handle.nodes:
@@ -313,15 +318,33 @@ class LocalProvisioner(Provisioner):
         return await self.start(handle, log)
 
     async def _remove(self, path: Path, log: LogFn) -> None:
-        """Delete a sandbox tree, never anything outside the root (nor the root)."""
+        """Delete a sandbox tree, never anything outside the root (nor the root), nor one
+        with a FUSE mount still inside (removing it would delete the bucket's objects)."""
+        from skyd.storage.rclone import fuse_mounts_under
+
         root = self.root
+        left = await anyio.to_thread.run_sync(fuse_mounts_under, path)
+        if left:
+            log(f"warning: left {path} in place: still mounted there: {', '.join(left)}"
+                f" (fusermount3 -u each, then skyd down again)")
+            return
         try:
             if await anyio.to_thread.run_sync(fsutil.safe_rmtree, path, root):
                 log(f"Removed {path}")
         except fsutil.UnsafePathError as e:
             log(f"warning: left {path} in place: {e.message}")
 
+    async def _unmount(self, handle: ClusterHandle, log: LogFn) -> None:
+        """Bucket mounts (rclone, FUSE) in the sandboxes go first: a tree removed through
+        a live mount would delete the bucket's objects."""
+        from skyd.storage.rclone import unmount_under
+
+        for node in handle.nodes:
+            if node.node_dir:
+                await unmount_under(node.node_dir, log)
+
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
+        await self._unmount(handle, log)
         await self._shutdown_agents(handle)
         try:
             cdir: Path | None = self.cluster_dir(handle.cluster_name)
@@ -344,6 +367,9 @@ class LocalProvisioner(Provisioner):
             nds = sorted(cdir.glob("node-*")) if cdir.is_dir() else []
         except (fsutil.UnsafePathError, OSError):
             return  # nothing of ours can be there
+        from skyd.storage.rclone import unmount_under
+
+        await unmount_under(cdir, wait=False)
         for nd in nds:
             info = self._agent_info(nd)
             if info and self._pid_alive(int(info["pid"])):
@@ -361,6 +387,12 @@ class LocalProvisioner(Provisioner):
     async def open_ports(self, handle: ClusterHandle, ports: Sequence[str]) -> None:
         """Nodes are processes on this machine: a port they listen on is already open here
         (no firewall is managed)."""
+
+    def node_shell(self, handle: ClusterHandle, rank: int) -> NodeShell:
+        nd = Path(handle.nodes[rank].node_dir)
+        return NodeShell(self.transport(handle.nodes[rank]), str(nd / ".skyd"), str(nd / "home"),
+                         str(nd / "root"), label=f"{handle.cluster_name} node {rank} ({nd})",
+                         resolve=lambda dst: self.remote_path(handle, rank, dst))
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
@@ -416,7 +448,7 @@ def _agents_on(node_dir: Path) -> list[int]:
 
 class LocalCloud(Cloud):
     name = LOCAL
-    unsupported = frozenset({"bucket_mounts", "spot", "image_id"})  # nodes are sandboxes: no image
+    unsupported = frozenset({"spot", "image_id"})  # nodes are sandboxes: no image
     check_ttl_s = 0.0  # nothing to probe
 
     def __init__(self) -> None:

@@ -28,6 +28,10 @@ from ..proto import skyd_agent as pb
 from .spec import SpecLike, job_from_proto, spec_to_proto
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
+#: a followed log stream's deadline. betterproto reads ``timeout=None`` as "the stub's
+#: default" (30 s), which ended every follow of a job silent for 30 s; 365 days is no
+#: deadline in practice (grpclib sends it as hours).
+STREAM_TIMEOUT_S = 365 * 24 * 3600.0
 
 
 class AgentClient:
@@ -93,14 +97,14 @@ class AgentClient:
         (follow) or at the current end of the log (no follow). node = one rank's log; None =
         the whole job (gang jobs: every rank's lines, prefixed '(head, rank=0) ' etc.)."""
         req = pb.TailLogsRequest(job_id=job_id, follow=follow, tail=tail, node=node)
-        async for chunk in self._stub.tail_logs(req, timeout=None):
+        async for chunk in self._stub.tail_logs(req, timeout=STREAM_TIMEOUT_S):
             yield chunk.data
 
     async def tail_log_chunks(self, job_id: int = 0, follow: bool = True, tail: int = 0,
                               node: int | None = None) -> AsyncIterator[tuple[str, bytes]]:  # fmt: skip
         """:meth:`tail_logs` with each chunk's phase: "setup", "run", or "" (not known)."""
         req = pb.TailLogsRequest(job_id=job_id, follow=follow, tail=tail, node=node)
-        async for chunk in self._stub.tail_logs(req, timeout=None):
+        async for chunk in self._stub.tail_logs(req, timeout=STREAM_TIMEOUT_S):
             yield chunk.phase, chunk.data
 
     async def status(self) -> dict[str, Any]:

@@ -108,7 +108,8 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
 
 def _task_features(task: Any) -> set[str]:
     # COPY-mode bucket mounts go through the daemon (skyd.storage) on every infra; the
-    # feature gates only the FUSE modes (refused earlier by skyd.storage.mounts.plan).
+    # feature gates only the FUSE modes (MOUNT, MOUNT_CACHED: rclone on the node, where the
+    # provider has a node_shell).
     fms = (getattr(task, "file_mounts", None) or {}).values()
     mount = any(getattr(fm, "kind", "local") == "storage" and (fm.mode or "MOUNT") != "COPY"
                 for fm in fms)

@@ -6,7 +6,7 @@ at ``down``.
 COPY goes through the daemon: objects stream from the bucket into a staging directory
 under SKYD_HOME (1 MiB pieces, never a whole object in memory), then the provider's
 ``sync_dir`` puts the tree on every node, as for a local file mount. MOUNT and
-MOUNT_CACHED are refused with a message that says COPY works.
+MOUNT_CACHED mount the bucket on every node with rclone (skyd.storage.rclone).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from skyd.storage.names import check_bucket_name, parse_uri
 LogFn = Callable[[str], None]
 PARALLEL = 16  # concurrent object transfers
 PROGRESS_S = 2.0
+MODES = ("COPY", "MOUNT", "MOUNT_CACHED")
+STORES = ("S3", "R2", "GCS")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class BucketMount:
     prefix: str
     local_source: str | None = None  # uploaded into a bucket skyd creates
     persistent: bool = True
+    mode: str = "COPY"  # COPY | MOUNT | MOUNT_CACHED
 
     @property
     def field(self) -> str:
@@ -44,7 +47,11 @@ class BucketMount:
 
     @property
     def uri(self) -> str:
-        return f"{self.store.lower()}://{self.bucket}/{self.prefix}"
+        return f"{self.bucket_uri}/{self.prefix}"
+
+    @property
+    def bucket_uri(self) -> str:
+        return f"{ {'GCS': 'gs'}.get(self.store, self.store.lower())}://{self.bucket}"
 
 
 def plan(task: Any) -> list[BucketMount]:
@@ -60,11 +67,10 @@ def plan(task: Any) -> list[BucketMount]:
             ref = parse_uri(str(fm.source), field)
             out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix))
             continue
-        mode = fm.mode or "MOUNT"
-        if mode != "COPY":
-            raise InvalidSpecError(
-                f"storage mode {mode} is not supported yet", field=f"{field}.mode",
-                hint="use mode: COPY (the bucket is downloaded onto every node before setup)")
+        mode = (fm.mode or "MOUNT").upper()
+        if mode not in MODES:
+            raise InvalidSpecError(f"storage mode {mode} is not known", field=f"{field}.mode",
+                                   hint="use one of " + ", ".join(MODES))
         if isinstance(fm.source, list):
             raise InvalidSpecError("a list of sources is not supported", field=f"{field}.source",
                                    hint="give one local path or one bucket URI")
@@ -74,19 +80,19 @@ def plan(task: Any) -> list[BucketMount]:
             if fm.store and fm.store != ref.store:
                 raise InvalidSpecError(f"store {fm.store} does not match source {src!r}",
                                        field=f"{field}.store", hint="drop store or fix it")
-            out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix))
+            out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix, mode=mode))
             continue
-        store = fm.store or "S3"
-        if store not in ("S3", "R2"):
-            raise InvalidSpecError(f"store {store} is not supported yet", field=f"{field}.store",
-                                   hint="use store: s3 (S3 or an S3-compatible endpoint)")
+        store = (fm.store or "S3").upper()
+        if store not in STORES:
+            raise InvalidSpecError(f"store {store} is not supported", field=f"{field}.store",
+                                   hint="use store: s3 (or an S3-compatible endpoint), r2 or gcs")
         if not fm.name:
             raise InvalidSpecError("a local source needs a bucket name", field=f"{field}.name",
                                    hint="add name: my-bucket (created, then uploaded to)")
-        check_bucket_name(fm.name, f"{field}.name")
+        check_bucket_name(fm.name, f"{field}.name", store)
         out.append(BucketMount(dst, store, fm.name, "", local_source=src,
                                persistent=bool(fm.persistent if fm.persistent is not None
-                                               else True)))
+                                               else True), mode=mode))
     return out
 
 
@@ -94,22 +100,23 @@ async def preflight(mounts: list[BucketMount]) -> None:
     """Credentials work and every source bucket exists (a bucket to be created may not)."""
     from skyd.storage.s3 import store_for
 
-    if not mounts:
-        return
-    st = store_for(mounts[0].store)
-    try:
-        await st.check_credentials()
-        for m in mounts:
-            if m.local_source is not None:
-                if not await anyio.Path(Path(m.local_source).expanduser()).exists():
-                    raise InvalidSpecError(f"local source {m.local_source!r} does not exist",
-                                           field=f"{m.field}.source", hint="fix the path")
-                continue
-            if not await st.bucket_exists(m.bucket):
-                raise InvalidSpecError(f"bucket {m.bucket!r} does not exist", field=m.field,
-                                       hint="check the bucket name (and the endpoint/account)")
-    finally:
-        await st.close()
+    for kind in sorted({m.store for m in mounts}):
+        st = store_for(kind)
+        try:
+            await st.check_credentials()
+            for m in mounts:
+                if m.store != kind:
+                    continue
+                if m.local_source is not None:
+                    if not await anyio.Path(Path(m.local_source).expanduser()).exists():
+                        raise InvalidSpecError(f"local source {m.local_source!r} does not exist",
+                                               field=f"{m.field}.source", hint="fix the path")
+                    continue
+                if not await st.bucket_exists(m.bucket):
+                    raise InvalidSpecError(f"bucket {m.bucket_uri} does not exist", field=m.field,
+                                           hint="check the bucket name (and the endpoint/account)")
+        finally:
+            await st.close()
 
 
 async def prepare(store: Any, mounts: list[BucketMount], cluster: str, log: LogFn) -> None:
@@ -215,7 +222,10 @@ async def download_prefix(m: BucketMount, dest: Path, log: LogFn) -> tuple[int, 
 
 async def copy_to_nodes(prov: Any, handle: Any, mounts: list[BucketMount], staging: Path,
                         log: LogFn) -> None:
-    """COPY every mount onto every node (downloaded once into ``staging``, then synced)."""
+    """COPY every COPY mount onto every node (downloaded once into ``staging``, then
+    synced), then mount every MOUNT / MOUNT_CACHED one on every node (rclone)."""
+    fuse = [m for m in mounts if m.mode != "COPY"]
+    mounts = [m for m in mounts if m.mode == "COPY"]
     for i, m in enumerate(mounts):
         d = staging / str(i)
         t0 = time.monotonic()
@@ -229,6 +239,10 @@ async def copy_to_nodes(prov: Any, handle: Any, mounts: list[BucketMount], stagi
         log(f"Copied {m.uri} -> {m.dst} on {len(handle.nodes)} node(s)"
             f" in {time.monotonic() - t1:.2f}s")
         await anyio.to_thread.run_sync(_rmtree, d)
+    if fuse:
+        from skyd.storage.rclone import mount_all
+
+        await mount_all(prov, handle, fuse, log)
 
 
 def _rmtree(d: Path) -> None:

@@ -162,5 +162,9 @@ class S3Store:
 def store_for(kind: str) -> Store:
     if kind in ("S3", "R2"):
         return S3Store()
-    raise InvalidSpecError(f"store {kind!r} is not supported yet", field="file_mounts.store",
-                           hint="use store: s3 (or an s3:// / r2:// source)")
+    if kind == "GCS":
+        from skyd.storage.gcs import GCSStore
+
+        return GCSStore()
+    raise InvalidSpecError(f"store {kind!r} is not supported", field="file_mounts.store",
+                           hint="use store: s3, r2 or gcs (or an s3:// / r2:// / gs:// source)")

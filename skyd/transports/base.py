@@ -20,7 +20,7 @@ from pathlib import Path
 
 from skyd.errors import SkydError
 
-__all__ = ["AgentAddress", "CommandError", "RunResult", "Transport"]
+__all__ = ["AgentAddress", "CommandError", "NodeShell", "RunResult", "Transport"]
 
 
 @dataclass
@@ -104,3 +104,30 @@ class Transport(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections, listeners and forwards."""
+
+
+@dataclass(frozen=True)
+class NodeShell:
+    """A node as node-side setup (bucket mounts) sees it: its transport, skyd's directory
+    there (0700-able, for 0600 config files and caches) and ``path``, which turns a task's
+    destination (``~/x``, ``/x``, ``x``) into the absolute path on the node."""
+
+    transport: Transport
+    skyd_dir: str
+    home: str  # the jobs' HOME on the node (where ``~/x`` lands)
+    root: str = ""  # where absolute destinations land ("" = the node's /)
+    label: str = ""  # how messages name the node
+    resolve: object = None  # a provider's own dst -> path mapping (sandboxes), if any
+
+    def path(self, dst: str) -> str:
+        import posixpath
+
+        if callable(self.resolve):
+            return str(self.resolve(dst))
+
+        if dst == "~" or dst.startswith("~/"):
+            return posixpath.normpath(posixpath.join(self.home, dst[2:]))
+        if dst.startswith("/"):
+            return posixpath.normpath(self.root + dst) if self.root else posixpath.normpath(dst)
+        return posixpath.normpath(posixpath.join(self.home, dst))
+

@@ -156,6 +156,12 @@ class PreemptibleProvisioner(Provisioner):
             if d is not None:
                 import shutil
 
+                from skyd.storage.rclone import fuse_mounts_under, unmount_under
+
+                await unmount_under(d, wait=False)  # never delete through a bucket mount
+                left = fuse_mounts_under(d)
+                if left:
+                    raise RuntimeError(f"fakecloud: still mounted under {d}: {left}")
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(d, ignore_errors=True))
             self.preempted.discard(req.cluster_name)
         handle = await self.inner.provision(req, log)
@@ -191,13 +197,16 @@ class PreemptibleProvisioner(Provisioner):
     ) -> tuple[int, int]:
         return await self.inner.sync_dir(handle, rank, src, dst, excludes)
 
+    def node_shell(self, handle: ClusterHandle, rank: int) -> Any:
+        return self.inner.node_shell(handle, rank)
+
     async def close(self) -> None:
         await self.inner.close()
 
 
 class FakePreemptibleCloud(Cloud):
     name = NAME
-    unsupported = frozenset({"bucket_mounts"})
+    unsupported: frozenset[str] = frozenset()
 
     def __init__(self, provisioner: PreemptibleProvisioner | None = None) -> None:
         self._prov = provisioner or PreemptibleProvisioner()

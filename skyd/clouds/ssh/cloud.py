@@ -35,7 +35,7 @@ NEGATIVE_TTL_S = 30.0
 
 class SSHCloud(Cloud):
     name = "ssh"
-    unsupported = frozenset({"spot", "image_id", "bucket_mounts"})
+    unsupported = frozenset({"spot", "image_id"})
     check_ttl_s = 0.0  # the check only reads the pools file: asked again on every plan
 
     def __init__(self, pools_path: Path | None = None) -> None:

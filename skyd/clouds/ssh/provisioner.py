@@ -202,6 +202,7 @@ class SSHProvisioner(Provisioner):
         await agent_deploy.shutdown(self._node_transport(node), _site(node, handle.cluster_name), handle.token)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
+        await self._unmount(handle, log)
         try:
             async with anyio.create_task_group() as tg:
                 for node in handle.nodes:
@@ -237,6 +238,8 @@ class SSHProvisioner(Provisioner):
         return handle
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
+        await self._unmount(handle, log)
+
         async def one(node: NodeHandle) -> None:
             try:
                 t = self._node_transport(node)
@@ -262,6 +265,35 @@ class SSHProvisioner(Provisioner):
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         node = handle.nodes[rank]
         return await self._node_transport(node).agent_endpoint(_site(node, handle.cluster_name).address())
+
+    def node_shell(self, handle: ClusterHandle, rank: int) -> Any:
+        from skyd.transports.base import NodeShell
+
+        node = handle.nodes[rank]
+        home = str(node.extra.get("home") or "")
+        if not home.startswith("/"):
+            return None  # an old handle without the node's home: '~/x' cannot be resolved
+        t = self._node_transport(node)
+        return NodeShell(t, posixpath.join(node.node_dir, "storage"), home,
+                         label=f"{handle.cluster_name} node {rank} ({t.target.key})",
+                         resolve=lambda dst: self.remote_path(handle, rank, dst))
+
+    async def _unmount(self, handle: ClusterHandle, log: LogFn) -> None:
+        """Bucket mounts go before the agent and its directories do."""
+        from skyd.storage.rclone import unmount_node
+
+        async def one(rank: int) -> None:
+            sh = self.node_shell(handle, rank)
+            if sh is None:
+                return
+            try:
+                await unmount_node(sh, log)
+            except (SkydError, OSError) as e:
+                log(f"warning: could not unmount buckets on node {rank}: {e}")
+
+        async with anyio.create_task_group() as tg:
+            for rank in range(len(handle.nodes)):
+                tg.start_soon(one, rank)
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> str:
         from skyd.fsutil import check_dest
