@@ -48,7 +48,7 @@ async def test_mount_on_ssh_node(skyd_home: Path, tmp_path: Path,
     y.write_text("file_mounts:\n  ~/b:\n    source: s3://skyd-sshmnt\n    mode: MOUNT\n"
                  "run: cat ~/b/hello.txt && echo from-node > ~/b/back.txt\n")
     try:
-        async with real_sshd(work, port=2224) as s:
+        async with real_sshd(work) as s:
             cfg = skyd_home.parent / "config"
             cfg.mkdir(parents=True, exist_ok=True)
             (cfg / "ssh_node_pools.yaml").write_text(
