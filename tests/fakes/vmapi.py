@@ -143,7 +143,7 @@ class FakeVMAPI:
 
     # -- instances as SSH hosts --------------------------------------------------------
 
-    async def new_host(self, iid: str, public_key: str) -> FakeSSHHost:
+    async def new_host(self, iid: str, public_key: str, gpu: str | None = None) -> FakeSSHHost:
         root = self.root / iid
         root.mkdir(parents=True, exist_ok=True)
         pub = root / "authorized.pub"
@@ -151,7 +151,7 @@ class FakeVMAPI:
         while True:
             ip = f"127.0.0.{next(self._ips)}"
             assert ipaddress.ip_address(ip).is_loopback and not ip.endswith(".255"), "out of addresses"
-            h = FakeSSHHost(root, ip, pub, port=self.ssh_port, gpu=self.gpu)
+            h = FakeSSHHost(root, ip, pub, port=self.ssh_port, gpu=gpu or self.gpu)
             try:
                 await h.start()
                 break

@@ -131,6 +131,15 @@ class VMProvisioner(Provisioner):
     def ssh_port(self, vm: VM) -> int:
         return vm.port
 
+    async def prepare(self, req: ProvisionRequest, kept: dict[str, VM], todo: list[str],
+                      where: str) -> str:
+        """Before the creates of ``todo`` (``kept``: the usable machines found again): check
+        capacity or quota, pick a location; returns ``where`` for the messages."""
+        return where
+
+    def handle_region(self, req: ProvisionRequest) -> str | None:
+        return req.offering.region
+
     def handle_extra(self, req: ProvisionRequest) -> dict[str, Any]:
         return {}
 
@@ -159,6 +168,9 @@ class VMProvisioner(Provisioner):
             if stale:  # found again but unusable (another size, stopped, failed)
                 await gather([(self.delete_vm, v) for v in stale])
             todo = [n for n in want if n not in have or have[n] in stale]
+            if todo:
+                where = await self.prepare(req, {n: v for n, v in have.items() if v not in stale},
+                                           todo, where)
             self._sent[tag] = True
             if self.serial_create:
                 for n in todo:
@@ -179,7 +191,7 @@ class VMProvisioner(Provisioner):
         await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
                       for n in hnodes])
         handle = ClusterHandle(
-            cluster_name=req.cluster_name, cloud=self.NAME, region=off.region, zone=off.zone,
+            cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,
             instance_type=off.instance_type, use_spot=req.use_spot,
             accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
             num_nodes=req.num_nodes, hourly_cost=self.hourly_cost(req), nodes=hnodes,
@@ -215,7 +227,7 @@ class VMProvisioner(Provisioner):
             failed = [n for n in names if have[n].state == FAILED]
             if failed:
                 raise ResourcesUnavailableError(
-                    f"{where}: machine {failed[0]} failed to start", scope="zone",
+                    f"{where}: machine {failed[0]} failed to start", scope=self.vanish_scope,
                     provider_message=str(have[failed[0]].raw.get("status") or "failed"))
             if all(have[n].state == RUNNING and have[n].host for n in names):
                 return have
