@@ -6,8 +6,8 @@ from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.crusoe import catalog
 from skyd.clouds.crusoe.provisioner import CrusoeProvisioner
-from skyd.clouds.do.rest import APIError
 from skyd.clouds.neocloud.check import api_check
+from skyd.clouds.neocloud.rest import APIError
 
 
 class CrusoeCloud(Cloud):

@@ -22,7 +22,7 @@ import anyio
 from skyd.clouds.base import ClusterHandle, LogFn, PartialHandle, ProvisionRequest
 from skyd.clouds.crusoe import config
 from skyd.clouds.crusoe.api import CrusoeAPI, classify
-from skyd.clouds.do.rest import APIError
+from skyd.clouds.neocloud.rest import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
 from skyd.errors import CredentialsError, FailoverScope, ResourcesUnavailableError, SkydError
 

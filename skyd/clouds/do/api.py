@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from skyd.clouds.do.config import Flavor, Token, api_url
-from skyd.clouds.do.rest import APIError, RestClient
+from skyd.clouds.neocloud.rest import APIError, RestClient
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 CLUSTER_TAG_PREFIX = "skyd-cluster:"

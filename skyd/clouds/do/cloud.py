@@ -7,8 +7,8 @@ from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.do import catalog, config
 from skyd.clouds.do.provisioner import DOProvisioner
-from skyd.clouds.do.rest import APIError
 from skyd.clouds.neocloud.check import api_check
+from skyd.clouds.neocloud.rest import APIError
 
 
 class DOCloud(Cloud):

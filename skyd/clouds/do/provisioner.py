@@ -17,8 +17,8 @@ import anyio
 from skyd.clouds.base import ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.do import config
 from skyd.clouds.do.api import DOAPI, classify, cluster_tag, droplet_name, label_tags
-from skyd.clouds.do.rest import APIError
 from skyd.clouds.do.sizes import is_amd
+from skyd.clouds.neocloud.rest import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
 from skyd.errors import CredentialsError, FailoverScope, SkydError
 
