@@ -13,8 +13,6 @@ catalog region of ``default`` (the bundled rows) means "the first location with 
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
 
 import anyio
@@ -22,6 +20,7 @@ import anyio
 from skyd.clouds.base import ClusterHandle, LogFn, PartialHandle, ProvisionRequest
 from skyd.clouds.crusoe import config
 from skyd.clouds.crusoe.api import CrusoeAPI, classify
+from skyd.clouds.neocloud.names import plain_name
 from skyd.clouds.neocloud.rest import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
 from skyd.errors import CredentialsError, FailoverScope, ResourcesUnavailableError, SkydError
@@ -34,14 +33,9 @@ ANY_LOCATION = "default"
 OP_WAIT_S = 300.0
 STATES = {"STATE_RUNNING": RUNNING, "STATE_SHUTOFF": STOPPED, "STATE_STOPPED": STOPPED,
           "STATE_DELETING": FAILED}  # creating, starting, stopping: pending
-_BAD = re.compile(r"[^a-z0-9-]+")
 
 
-def instance_name(tag: str, rank: int) -> str:
-    base = _BAD.sub("-", tag.lower()).strip("-") or "skyd"
-    if base != tag or len(base) > 50:
-        base = base[:50].rstrip("-") + "-" + hashlib.sha256(tag.encode()).hexdigest()[:6]
-    return f"{base}-{rank}"
+instance_name = plain_name  # ``<tag>-<rank>``
 
 
 def default_image(vm_type: str, accelerator: str | None) -> str:
