@@ -12,6 +12,7 @@ docs/providers.md.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 #: name -> "module:Class" of the in-tree providers. Adding a provider = one line here.
@@ -44,11 +45,34 @@ def env_specs() -> dict[str, str]:
     return out
 
 
+_EP_CACHE: tuple[tuple[tuple[str, int], ...], dict[str, str]] | None = None
+
+
+def _path_key() -> tuple[tuple[str, int], ...]:
+    """sys.path with each entry's mtime: installing or removing a package adds or drops a
+    ``*.dist-info`` in one of these folders, which changes that folder's mtime."""
+    out = []
+    for p in sys.path:
+        try:
+            out.append((p, os.stat(p or ".").st_mtime_ns))
+        except OSError:
+            out.append((p, -1))
+    return tuple(out)
+
+
 def entry_point_specs() -> dict[str, str]:
-    """Providers installed as packages (entry-point group ``skyd.clouds``)."""
+    """Providers installed as packages (entry-point group ``skyd.clouds``). Reading every
+    distribution's metadata takes milliseconds (the planner asks many times a plan), so the
+    answer is kept until sys.path or one of its folders changes."""
+    global _EP_CACHE
+    key = _path_key()
+    if _EP_CACHE is not None and _EP_CACHE[0] == key:
+        return dict(_EP_CACHE[1])
     from importlib.metadata import entry_points
 
-    return {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    specs = {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    _EP_CACHE = (key, specs)
+    return dict(specs)
 
 
 def provider_specs() -> dict[str, str]:

@@ -5,7 +5,6 @@ VMs are fake SSH hosts on 127.0.0.x with real node agents; nothing outside 127.0
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,20 @@ from skyd.clouds.hotaisle import records
 from skyd.clouds.hotaisle.cloud import HotAisleCloud
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError
 from tests.fakes.hotaisle import OFFERS, FakeHotAisle
-from tests.test_neocloud_support import healthy, hotaisle_env, in_process, offer, request
+from tests.test_neocloud_support import (
+    driver_fixtures,
+    healthy,
+    hotaisle_env,
+    in_process,
+    offer,
+    request,
+)
 
 pytestmark = pytest.mark.anyio
 MI8 = "8x-MI300X"
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHotAisle]:
-    f = FakeHotAisle(tmp_path_factory.mktemp("hotaisle"), first_ip=110).start()
-    try:
-        yield f
-    finally:
-        f.stop()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hahome")
-
-
-@pytest.fixture
-async def cloud(fake: FakeHotAisle, home: Path, tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[HotAisleCloud]:
-    async with in_process(HotAisleCloud, fake, hotaisle_env(fake), home, tmp_path, monkeypatch) as c:
-        yield c
+fake, home, cloud = driver_fixtures(FakeHotAisle, HotAisleCloud, hotaisle_env, first_ip=110)
 
 
 async def test_mi300x_vm_from_the_offer_specs_then_delete(cloud: HotAisleCloud, fake: FakeHotAisle) -> None:

@@ -4,7 +4,7 @@ built once; the network guard on; nothing left on the fake afterwards)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,34 @@ async def in_process(cloud_cls: type[Cloud], fake: NeoFake, env: dict[str, str],
         fake.clear()
     assert netguard.VIOLATIONS[before:] == []
     assert fake.live() == [], fake.live()
+
+
+def driver_fixtures(fake_cls: type[NeoFake], cloud_cls: type[Cloud],
+                    env: Callable[[Any], dict[str, str]], *, first_ip: int) -> tuple[Any, Any, Any]:
+    """The ``fake``, ``home`` and ``cloud`` fixtures of a driver test module (assign them
+    at module level): one fake API per module, one SKYD_HOME per module (the agent zipapp is
+    built once), and a cloud per test through `in_process`."""
+    label = fake_cls.provider
+
+    @pytest.fixture(scope="module", name="fake")
+    def fake_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NeoFake]:
+        f = fake_cls(tmp_path_factory.mktemp(label), first_ip=first_ip).start()
+        try:
+            yield f
+        finally:
+            f.stop()
+
+    @pytest.fixture(scope="module", name="home")
+    def home_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return tmp_path_factory.mktemp(label + "-home")
+
+    @pytest.fixture(name="cloud")
+    async def cloud_fixture(fake: NeoFake, home: Path, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+        async with in_process(cloud_cls, fake, env(fake), home, tmp_path, monkeypatch) as c:
+            yield c
+
+    return fake_fixture, home_fixture, cloud_fixture
 
 
 async def healthy(cloud: Cloud, handle: Any) -> bool:

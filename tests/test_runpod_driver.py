@@ -7,7 +7,6 @@ with real node agents; nothing outside 127.0.0.0/8 is reached."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -23,31 +22,20 @@ from skyd.clouds.base import (
 from skyd.clouds.runpod.cloud import RunPodCloud
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError
 from tests.fakes.runpod import FakeRunPod
-from tests.test_neocloud_support import healthy, in_process, offer, request, runpod_env
+from tests.test_neocloud_support import (
+    driver_fixtures,
+    healthy,
+    in_process,
+    offer,
+    request,
+    runpod_env,
+)
 
 pytestmark = pytest.mark.anyio
 MI8 = "8x_MI300X_SECURE"
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeRunPod]:
-    f = FakeRunPod(tmp_path_factory.mktemp("runpod"), first_ip=70).start()
-    try:
-        yield f
-    finally:
-        f.stop()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("rphome")
-
-
-@pytest.fixture
-async def cloud(fake: FakeRunPod, home: Path, tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RunPodCloud]:
-    async with in_process(RunPodCloud, fake, runpod_env(fake), home, tmp_path, monkeypatch) as c:
-        yield c
+fake, home, cloud = driver_fixtures(FakeRunPod, RunPodCloud, runpod_env, first_ip=70)
 
 
 async def test_mi300x_pod_with_rocm_image_then_stop_resume_terminate(

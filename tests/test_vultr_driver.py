@@ -6,7 +6,6 @@ is reached."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,31 +15,20 @@ from skyd.clouds.offering import Offering
 from skyd.clouds.vultr.cloud import VultrCloud
 from skyd.errors import CredentialsError, ResourcesUnavailableError
 from tests.fakes.vultr import FakeVultr
-from tests.test_neocloud_support import healthy, in_process, offer, request, vultr_env
+from tests.test_neocloud_support import (
+    driver_fixtures,
+    healthy,
+    in_process,
+    offer,
+    request,
+    vultr_env,
+)
 
 pytestmark = pytest.mark.anyio
 MI8 = "vbm-256c-2048gb-8-mi300x-gpu"
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeVultr]:
-    f = FakeVultr(tmp_path_factory.mktemp("vultr"), first_ip=90).start()
-    try:
-        yield f
-    finally:
-        f.stop()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vuhome")
-
-
-@pytest.fixture
-async def cloud(fake: FakeVultr, home: Path, tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[VultrCloud]:
-    async with in_process(VultrCloud, fake, vultr_env(fake), home, tmp_path, monkeypatch) as c:
-        yield c
+fake, home, cloud = driver_fixtures(FakeVultr, VultrCloud, vultr_env, first_ip=90)
 
 
 async def test_mi300x_bare_metal_then_halt_start_delete(cloud: VultrCloud, fake: FakeVultr) -> None:

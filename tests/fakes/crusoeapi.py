@@ -199,7 +199,8 @@ class FakeCrusoe(FakeVMAPI):
         await self.wait_pause("before_running")
         if iid not in self.instances:
             return
-        h = await self.new_host(iid, public_key)
+        vtype = str(self.instances[iid]["type"])  # the host has the GPUs its type names
+        h = await self.new_host(iid, public_key, "mi355x" if "mi355x" in vtype else None)
         inst = self.instances.get(iid)
         if inst is None:
             await self.drop_host(iid)

@@ -27,19 +27,16 @@ operation stays).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 import json
 import secrets
-import shutil
-import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import LoopbackFake, free_port
 from tests.fakes.sshhost import FakeSSHHost
 
 PROJECT = "skyd-test-project"
@@ -53,15 +50,14 @@ def gcp_zones() -> set[str]:
     return {o.zone for o in load_catalog().by_cloud("gcp") if o.zone}
 
 
-class FakeGCE:
+class FakeGCE(LoopbackFake):
+    thread_name = "fake-gce"
+
     def __init__(self, root: Path, *, project: str = PROJECT, first_ip: int = 40) -> None:
-        self.root = root
+        super().__init__(root, first_ip=first_ip)
         self.project = project
-        self.port = 0
-        self.ssh_port = 0
         self.zones = gcp_zones()
         self.instances: dict[str, dict[str, dict[str, Any]]] = {}  # zone -> name -> instance
-        self.hosts: dict[str, FakeSSHHost] = {}  # instance name -> its SSH host
         self.firewalls: dict[str, dict[str, Any]] = {}
         self.ops: dict[str, dict[str, Any]] = {}
         self.inserts: list[dict[str, Any]] = []  # every insert body, in order (with "zone")
@@ -74,16 +70,7 @@ class FakeGCE:
         self.refuse_tokens = False
         self.tokens: set[str] = set()
         self.token_requests = 0
-        self.handed_out: list[str] = []  # every instance address given out
-        self._ips = itertools.count(first_ip)
         self._ids = itertools.count(1000)
-        self._pause: str | None = None
-        self.reached = threading.Event()
-        self._release = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
         self._private_key = ""
         self._public_key: Any = None
 
@@ -129,13 +116,7 @@ class FakeGCE:
 
     def pause_at(self, point: str) -> None:
         assert point in POINTS, point
-        self.reached.clear()
-        self._release.clear()
-        self._pause = point
-
-    def release(self) -> None:
-        self._pause = None
-        self._release.set()
+        super().pause_at(point)
 
     def live(self, tag: str | None = None) -> list[dict[str, Any]]:
         out = []
@@ -146,11 +127,7 @@ class FakeGCE:
         return out
 
     def preempt(self, name: str) -> None:
-        self._run(self._preempt(name))
-
-    def _run(self, coro: Any) -> Any:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
+        self.run(self._preempt(name))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -163,49 +140,18 @@ class FakeGCE:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption()).decode()
         self._public_key = key.public_key()
-        self.ssh_port = _free_port()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="fake-gce",
-                                        daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10), "fake GCE did not start"
+        self.ssh_port = free_port()
+        self.start_server()
         return self
 
-    def stop(self) -> None:
-        self.release()
-        if self._loop is not None and self._stop is not None:
-            self._run(self._stop_hosts())
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)
-
-    async def _stop_hosts(self) -> None:
-        for h in list(self.hosts.values()):
-            await h.stop()
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+    def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/token", self._token)
         app.router.add_route("*", "/compute/v1/projects/{project}", self._dispatch)
         app.router.add_route("*", "/compute/v1/projects/{project}/{rest:.*}", self._dispatch)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+        return app
 
     # -- helpers ----------------------------------------------------------------------------
-
-    async def _wait_pause(self, point: str) -> None:
-        if self._pause != point:
-            return
-        self.reached.set()
-        while not self._release.is_set():
-            await asyncio.sleep(0.02)
 
     @staticmethod
     def _err(status: int, message: str, reason: str = "", code: str | None = None) -> web.Response:
@@ -349,7 +295,7 @@ class FakeGCE:
     async def _insert(self, request: web.Request, zone: str, insts: dict[str, Any]) -> web.Response:
         body = await request.json()
         self.inserts.append(body | {"zone": zone})
-        await self._wait_pause("before_create")
+        await self.wait_pause("before_create")
         name = str(body["name"])
         mtype = str(body["machineType"]).rsplit("/", 1)[-1]
         if (zone, mtype) in self.absent_types:
@@ -380,11 +326,11 @@ class FakeGCE:
         insts[name] = inst
         op = self._op(zone, "insert", name, target_id=inst["id"])
         asyncio.get_running_loop().create_task(self._boot(zone, name))
-        await self._wait_pause("after_create")
+        await self.wait_pause("after_create")
         return web.json_response(op)
 
     async def _boot(self, zone: str, name: str) -> None:
-        await self._wait_pause("before_running")
+        await self.wait_pause("before_running")
         inst = self.instances.get(zone, {}).get(name)
         if inst is None:
             return
@@ -404,30 +350,13 @@ class FakeGCE:
 
     async def _new_host(self, name: str, inst: dict[str, Any]) -> FakeSSHHost:
         root = self.root / name
-        root.mkdir(parents=True, exist_ok=True)
-        pub = root / "authorized.pub"
         line = inst["ssh_keys"].split(":", 1)[1] if ":" in inst["ssh_keys"] else ""
-        pub.write_text(" ".join(line.split()[:2]) + "\n")
-        while True:
-            ip = f"127.0.0.{next(self._ips)}"
-            assert ipaddress.ip_address(ip).is_loopback and not ip.endswith(".255"), "out of addresses"
-            h = FakeSSHHost(root, ip, pub, port=self.ssh_port)
-            try:
-                await h.start()
-                break
-            except OSError:  # that address:port is taken: the next one
-                continue
-        self.hosts[name] = h
-        self.handed_out.append(ip)
-        return h
+        return await self.add_host(name, root, line, port=self.ssh_port)
 
     async def _delete(self, zone: str, name: str) -> None:
         self.instances.get(zone, {}).pop(name, None)
         self.deleted.append(name)
-        h = self.hosts.pop(name, None)
-        if h is not None:
-            await h.stop()
-            shutil.rmtree(h.root, ignore_errors=True)
+        await self.drop_host(name)
 
     async def _preempt(self, name: str) -> None:
         """A spot preemption: with instanceTerminationAction DELETE the VM goes away."""
@@ -461,9 +390,3 @@ class FakeGCE:
             self.firewalls.pop(rest[0], None)
             return web.json_response(self._op(None, "delete", rest[0]))
         return self._err(404, "unsupported", "notFound")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -1,7 +1,6 @@
 """The common part of the neocloud fakes (tests/fakes/runpod.py, vultr.py, hotaisle.py):
-an aiohttp server on 127.0.0.1 in a thread of its own (it outlives daemons the tests kill),
-machines that are fake SSH hosts (tests/fakes/sshhost.py) on loopback addresses 127.0.0.x
-running real node agents, and the knobs every provider's fake shares:
+the loopback server and SSH hosts of tests/fakes/loopback.py (machines running real node
+agents), and the knobs every provider's fake shares:
 
 - ``keys``: the API keys accepted (any other is refused the provider's way);
 - ``no_capacity``: regions/zones (or ``"*"``) where a create is refused for capacity;
@@ -18,53 +17,40 @@ running real node agents, and the knobs every provider's fake shares:
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
-import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import LoopbackFake, free_port
 from tests.fakes.sshhost import FakeSSHHost
 
 POINTS = ("before_create", "after_create", "before_running")
 
 
-class NeoFake:
+class NeoFake(LoopbackFake):
     provider = "fake"
 
     def __init__(self, root: Path, *, first_ip: int = 60, key: str = "good-key",
                  shared_ssh_port: bool = True) -> None:
-        self.root = root
-        self.port = 0
-        self.ssh_port = 0  # shared by every machine when shared_ssh_port (22 in real life)
-        self.shared_ssh_port = shared_ssh_port
+        super().__init__(root, first_ip=first_ip)
+        self.thread_name = f"fake-{self.provider}"
+        self.shared_ssh_port = shared_ssh_port  # one SSH port for every machine (22 in real life)
         self.keys = {key}
         self.machines: dict[str, dict[str, Any]] = {}  # id -> the provider's own record
-        self.hosts: dict[str, FakeSSHHost] = {}  # id -> its SSH host
         self.creates: list[dict[str, Any]] = []  # every create body, in order
         self.deleted: list[str] = []
         self.no_capacity: set[str] = set()
         self.slow_s = 0.0
         self.boot_s = 0.0
         self.gpu = "mi300x"
-        self.handed_out: list[str] = []
         self.rate_limited = 0  # 429s answered
         self.server_s = 0.0  # time spent answering requests (benchmarks)
         self._limit_n = 0
         self._limit_after = "1"
-        self._ips = itertools.count(first_ip)
         self._ids = itertools.count(1)
-        self._pause: str | None = None
-        self.reached = threading.Event()
-        self._release = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
 
     # -- knobs ------------------------------------------------------------------------
 
@@ -83,13 +69,7 @@ class NeoFake:
 
     def pause_at(self, point: str) -> None:
         assert point in POINTS, point
-        self.reached.clear()
-        self._release.clear()
-        self._pause = point
-
-    def release(self) -> None:
-        self._pause = None
-        self._release.set()
+        super().pause_at(point)
 
     def live(self) -> list[dict[str, Any]]:
         return [dict(m) for m in list(self.machines.values())]
@@ -100,10 +80,6 @@ class NeoFake:
     def next_id(self) -> str:
         return str(next(self._ids))
 
-    def run(self, coro: Any) -> Any:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
-
     # -- lifecycle --------------------------------------------------------------------
 
     def routes(self, app: web.Application) -> None:
@@ -111,28 +87,14 @@ class NeoFake:
 
     def start(self) -> NeoFake:
         if self.shared_ssh_port:
-            import socket
-
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                self.ssh_port = int(s.getsockname()[1])
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()),
-                                        name=f"fake-{self.provider}", daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10), f"fake {self.provider} did not start"
+            self.ssh_port = free_port()
+        self.start_server()
         return self
 
-    def stop(self) -> None:
-        self.release()
-        if self._loop is not None and self._stop is not None:
-            self.run(self._stop_hosts())
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)
-
-    async def _stop_hosts(self) -> None:
-        for h in list(self.hosts.values()):
-            await h.stop()
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._limits])
+        self.routes(app)
+        return app
 
     @web.middleware
     async def _limits(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -147,28 +109,7 @@ class NeoFake:
         finally:
             self.server_s += time.perf_counter() - t0
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application(middlewares=[self._limits])
-        self.routes(app)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
-
     # -- machines ---------------------------------------------------------------------
-
-    async def wait_pause(self, point: str) -> None:
-        if self._pause != point:
-            return
-        self.reached.set()
-        while not self._release.is_set():
-            await asyncio.sleep(0.02)
 
     async def boot(self, mid: str, public_key: str, on_up: Any) -> None:
         """Start machine ``mid``'s SSH host (after ``boot_s`` and the before_running pause),
@@ -188,23 +129,8 @@ class NeoFake:
         on_up(h)
 
     async def _new_host(self, mid: str, public_key: str) -> FakeSSHHost:
-        root = self.root / f"{self.provider}-{mid}"
-        root.mkdir(parents=True, exist_ok=True)
-        pub = root / "authorized.pub"
-        pub.write_text(" ".join(public_key.split()[:2]) + "\n")
-        while True:
-            ip = f"127.0.0.{next(self._ips)}"
-            assert ipaddress.ip_address(ip).is_loopback and not ip.endswith(".255"), "out of addresses"
-            h = FakeSSHHost(root, ip, pub, port=self.ssh_port if self.shared_ssh_port else 0,
-                            gpu=self.gpu)
-            try:
-                await h.start()
-                break
-            except OSError:
-                continue
-        self.hosts[mid] = h
-        self.handed_out.append(ip)
-        return h
+        return await self.add_host(mid, self.root / f"{self.provider}-{mid}", public_key,
+                                   port=self.ssh_port if self.shared_ssh_port else 0, gpu=self.gpu)
 
     async def halt(self, mid: str) -> None:
         h = self.hosts.get(mid)
@@ -214,7 +140,4 @@ class NeoFake:
     async def remove(self, mid: str) -> None:
         self.machines.pop(mid, None)
         self.deleted.append(mid)
-        h = self.hosts.pop(mid, None)
-        if h is not None:
-            await h.stop()
-            shutil.rmtree(h.root, ignore_errors=True)
+        await self.drop_host(mid)

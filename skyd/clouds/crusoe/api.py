@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 import anyio
 
 from skyd.clouds.crusoe.config import HINT, Keys, api_url
-from skyd.clouds.do.rest import APIError, RestClient
+from skyd.clouds.neocloud.rest import APIError, RestClient
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 SIG_VERSION = "1.0"

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import aiohttp
-
 from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.crusoe import catalog
 from skyd.clouds.crusoe.provisioner import CrusoeProvisioner
-from skyd.clouds.do.rest import APIError
-from skyd.errors import CredentialsError
+from skyd.clouds.neocloud.check import api_check
+from skyd.clouds.neocloud.rest import APIError
 
 
 class CrusoeCloud(Cloud):
@@ -24,16 +22,12 @@ class CrusoeCloud(Cloud):
     async def check(self) -> tuple[bool, str]:
         """Keys found (the variables or file named) and the project's VM types answer (a
         signed request: a wrong secret fails here)."""
-        try:
+        async def probe() -> tuple[bool, str]:
             api = await self._prov.api()
             await api.types()
-        except CredentialsError as e:
-            return False, e.message + (f" ({e.hint})" if e.hint else "")
-        except APIError as e:
-            return False, f"Crusoe API: {e}"
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            return False, f"Crusoe API unreachable: {type(e).__name__}: {e}"
-        return True, f"keys from {api.keys.source} (project {api.project_id})"
+            return True, f"keys from {api.keys.source} (project {api.project_id})"
+
+        return await api_check("Crusoe", probe, api_errors=(APIError,))
 
     def provisioner(self) -> CrusoeProvisioner:
         return self._prov

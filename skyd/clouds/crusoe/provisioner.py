@@ -1,6 +1,6 @@
 """CrusoeProvisioner: VMs for a cluster, named ``<tag>-<rank>`` (found again by name), each
-created as an operation that is polled, with node agents deployed over SSH
-(skyd.clouds.gcp.nodes).
+created as an operation that is polled, on the shared one-machine-per-node flow
+(skyd.clouds.neocloud.vmprov).
 
 A create whose operation is still running when the daemon dies makes its VM later; so
 `provision` and `forget` first wait (up to OP_WAIT_S) until no instance operation that may
@@ -13,33 +13,17 @@ catalog region of ``default`` (the bundled rows) means "the first location with 
 
 from __future__ import annotations
 
-import hashlib
-import re
-from pathlib import Path
 from typing import Any
 
 import anyio
 
-from skyd.clouds.base import (
-    NODE_PENDING,
-    NODE_RUNNING,
-    NODE_STOPPED,
-    NODE_TERMINATED,
-    NODE_UNKNOWN,
-    ClusterHandle,
-    LogFn,
-    NodeHandle,
-    PartialHandle,
-    Provisioner,
-    ProvisionRequest,
-)
+from skyd.clouds.base import ClusterHandle, LogFn, PartialHandle, ProvisionRequest
 from skyd.clouds.crusoe import config
 from skyd.clouds.crusoe.api import CrusoeAPI, classify
-from skyd.clouds.do.rest import APIError
-from skyd.clouds.gcp import nodes
-from skyd.clouds.ssh.provisioner import SSHProvisioner
-from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
-from skyd.transports.agent_deploy import agent_zipapp, gather
+from skyd.clouds.neocloud.names import plain_name
+from skyd.clouds.neocloud.rest import APIError
+from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
+from skyd.errors import CredentialsError, FailoverScope, ResourcesUnavailableError, SkydError
 
 SSH_USER = "ubuntu"
 ROCM_IMAGE = "ubuntu-rocm:latest"  # any MI3xx type (as dstack does)
@@ -47,17 +31,11 @@ NVIDIA_IMAGE = "ubuntu22.04-nvidia-sxm-docker:latest"
 CPU_IMAGE = "ubuntu22.04:latest"
 ANY_LOCATION = "default"
 OP_WAIT_S = 300.0
-STATES = {"STATE_CREATING": NODE_PENDING, "STATE_STARTING": NODE_PENDING, "STATE_RUNNING": NODE_RUNNING,
-          "STATE_STOPPING": NODE_PENDING, "STATE_SHUTOFF": NODE_STOPPED, "STATE_STOPPED": NODE_STOPPED,
-          "STATE_DELETING": NODE_TERMINATED}
-_BAD = re.compile(r"[^a-z0-9-]+")
+STATES = {"STATE_RUNNING": RUNNING, "STATE_SHUTOFF": STOPPED, "STATE_STOPPED": STOPPED,
+          "STATE_DELETING": FAILED}  # creating, starting, stopping: pending
 
 
-def instance_name(tag: str, rank: int) -> str:
-    base = _BAD.sub("-", tag.lower()).strip("-") or "skyd"
-    if base != tag or len(base) > 50:
-        base = base[:50].rstrip("-") + "-" + hashlib.sha256(tag.encode()).hexdigest()[:6]
-    return f"{base}-{rank}"
+instance_name = plain_name  # ``<tag>-<rank>``
 
 
 def default_image(vm_type: str, accelerator: str | None) -> str:
@@ -74,12 +52,25 @@ def addresses(inst: dict[str, Any]) -> tuple[str, str | None]:
     return str(priv or pub or ""), pub
 
 
-class CrusoeProvisioner(Provisioner):
+def to_vm(inst: dict[str, Any]) -> VM:
+    internal, public = addresses(inst)
+    return VM(id=str(inst["id"]), name=str(inst.get("name") or ""),
+              state=STATES.get(str(inst.get("state")), PENDING), host=public or "",
+              internal=internal, raw=inst)
+
+
+class CrusoeProvisioner(VMProvisioner):
+    NAME = "crusoe"
+    ssh_user = SSH_USER
+    api_errors = (APIError,)
+    name_key = "name"
+    serial_create = True
+    vanish_scope: FailoverScope = "region"  # VMs have no zones
+
     def __init__(self) -> None:
+        super().__init__()
         self._api: CrusoeAPI | None = None
-        self._ssh = SSHProvisioner()
-        self._zipapp: tuple[Path, str] | None = None
-        self._sent: dict[str, bool] = {}
+        self._loc: dict[str, str] = {}  # tag -> the location its VMs are made in
 
     async def api(self) -> CrusoeAPI:
         if self._api is None:
@@ -89,16 +80,26 @@ class CrusoeProvisioner(Provisioner):
             self._api = CrusoeAPI(keys)
         return self._api
 
-    async def _mine(self, api: CrusoeAPI, tag: str, n: int | None = None) -> dict[str, dict[str, Any]]:
-        """The cluster's instances by name (ranks below ``n``, or any rank)."""
+    def _poll_s(self) -> float:
+        return config.poll_s()
+
+    def ssh_port(self, vm: VM) -> int:
+        return config.ssh_port()
+
+    def machine_name(self, tag: str, rank: int) -> str:
+        return instance_name(tag, rank)
+
+    @staticmethod
+    def image(req: ProvisionRequest) -> str:
+        return req.image_id or default_image(req.offering.instance_type, req.offering.accelerator)
+
+    async def list_vms(self, tag: str, region: str | None) -> list[VM]:
+        """The cluster's instances, by name."""
         prefix = instance_name(tag, 0)[:-1]
-        out = {}
-        for i in await api.instances():
-            name = str(i.get("name") or "")
-            rank = name[len(prefix):]
-            if name.startswith(prefix) and rank.isdigit() and (n is None or int(rank) < n):
-                out[name] = i
-        return out
+        api = await self.api()
+        return [to_vm(i) for i in await api.instances()
+                if str(i.get("name") or "").startswith(prefix)
+                and str(i.get("name") or "")[len(prefix):].isdigit()]
 
     async def _settle(self, api: CrusoeAPI, tag: str) -> None:
         """Wait while an instance operation that may be this cluster's is in progress (one
@@ -148,87 +149,54 @@ class CrusoeProvisioner(Provisioner):
                         f"{gpus:g} needed)", scope="cloud", provider_message=str(q.get("programmatic_name")),
                         hint="ask Crusoe for a higher quota (console > Quotas)")
 
-    async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
-        off, tag = req.offering, req.cluster_tag
-        self._sent.setdefault(tag, False)
+    async def prepare(self, req: ProvisionRequest, kept: dict[str, VM], todo: list[str],
+                      where: str) -> str:
+        off = req.offering
         api = await self.api()
-        where = f"crusoe/{off.region}"
-        key, pub = await nodes.ssh_key()
-        want = {instance_name(tag, r): r for r in range(req.num_nodes)}
-        image = req.image_id or default_image(off.instance_type, off.accelerator)
+        location = str(next(iter(kept.values())).raw["location"]) if kept else off.region or ANY_LOCATION
+        location = await self._location(api, off.instance_type, location, len(todo), where)
+        await self._quota(api, off.accelerator_count * len(todo), where)
+        self._loc[req.cluster_tag] = location
+        return f"crusoe/{location}"
+
+    def handle_region(self, req: ProvisionRequest) -> str | None:
+        return self._loc.get(req.cluster_tag, req.offering.region)
+
+    def handle_extra(self, req: ProvisionRequest) -> dict[str, Any]:
+        return {"image": self.image(req), "project": self._api.project_id if self._api else ""}
+
+    def hourly_cost(self, req: ProvisionRequest) -> float:
+        return (req.offering.hourly(False) or 0.0) * req.num_nodes
+
+    def created_line(self, req: ProvisionRequest, n: int, where: str) -> str:
+        return (f"Created {n} VM(s) in {self.handle_region(req)} ({req.offering.instance_type}, "
+                f"image {self.image(req)})")
+
+    async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
+        self._loc.pop(req.cluster_tag, None)
+        self._sent.setdefault(req.cluster_tag, False)  # a refused settle: nothing was made
+        await self._settle(await self.api(), req.cluster_tag)
+        return await super().provision(req, log)
+
+    async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
+        api = await self.api()
+        op = await api.vm("POST", "/instances", body={
+            "name": name, "type": req.offering.instance_type, "image": self.image(req),
+            "location": self._loc.get(req.cluster_tag, req.offering.region),
+            "ssh_public_key": public_key, "disks": [], "startup_script": ""})
+        await api.wait(op, config.poll_s())
+
+    async def delete_vm(self, vm: VM) -> None:
+        api = await self.api()
         try:
-            await self._settle(api, tag)
-            have = await self._mine(api, tag)
-            stale = [i for n, i in have.items() if n not in want or str(i.get("state")) in
-                     ("STATE_SHUTOFF", "STATE_STOPPED", "STATE_DELETING")]
-            if stale:
-                await gather([(self._delete, api, str(i["id"])) for i in stale])
-            todo = [n for n in want if n not in have or have[n] in stale]
-            location = str(next(iter(have.values()))["location"]) if have and not stale else off.region
-            if todo:
-                location = await self._location(api, off.instance_type, location, len(todo), where)
-                await self._quota(api, off.accelerator_count * len(todo), where)
-                where = f"crusoe/{location}"
-            self._sent[tag] = True
-            for n in todo:  # one by one: a refusal stops before more VMs are made
-                op = await api.vm("POST", "/instances", body={
-                    "name": n, "type": off.instance_type, "location": location, "image": image,
-                    "ssh_public_key": pub, "disks": [], "startup_script": ""})
-                await api.wait(op, config.poll_s())
-            if todo:
-                log(f"Created {len(todo)} VM(s) in {location} ({off.instance_type}, image {image})")
-            running = await self._wait_running(api, tag, list(want), where)
-        except APIError as e:
-            raise classify(e, where=where) from None
-        hnodes = [self._node(running[n], r, req.num_nodes, key) for n, r in sorted(want.items(), key=lambda x: x[1])]
-        await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
-                                      if h.ssh and h.extra.get("name") in todo])
-        zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log) for n in hnodes])
-        return ClusterHandle(
-            cluster_name=req.cluster_name, cloud="crusoe", region=location, zone=None,
-            instance_type=off.instance_type, use_spot=False,
-            accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
-            num_nodes=req.num_nodes, hourly_cost=(off.hourly(False) or 0.0) * req.num_nodes,
-            nodes=hnodes, token=req.token, cpus=off.vcpus, memory_gib=off.memory_gib, tag=tag,
-            extra={"image": image, "project": api.project_id},
-        )
-
-    async def _zip(self) -> tuple[Path, str]:
-        if self._zipapp is None:
-            self._zipapp = await agent_zipapp()
-        return self._zipapp
-
-    def _node(self, inst: dict[str, Any], rank: int, n: int, key: Path) -> NodeHandle:
-        internal, external = addresses(inst)
-        node = nodes.node_handle(rank, str(inst["id"]), internal, external or internal, num_nodes=n,
-                                 cluster="", user=SSH_USER, port=config.ssh_port(), key=key, external=external)
-        node.extra["name"] = str(inst.get("name") or "")
-        return node
-
-    async def _wait_running(self, api: CrusoeAPI, tag: str, names: list[str], where: str) -> dict[str, dict[str, Any]]:
-        while True:
-            have = await self._mine(api, tag)
-            missing = [n for n in names if n not in have]
-            if missing:
-                raise ResourcesUnavailableError(f"{where}: VM {missing[0]} vanished while starting", scope="region")
-            if all(have[n].get("state") == "STATE_RUNNING" and addresses(have[n])[1] for n in names):
-                return have
-            await anyio.sleep(config.poll_s())
-
-    async def _delete(self, api: CrusoeAPI, iid: str) -> None:
-        try:
-            op = await api.vm("DELETE", f"/instances/{iid}")
+            op = await api.vm("DELETE", f"/instances/{vm.id}")
             await api.wait(op, config.poll_s())
         except APIError as e:
             if e.status != 404:
                 raise
 
-    async def query(self, handle: ClusterHandle) -> list[str]:
-        api = await self.api()
-        have = {str(i["id"]): i for i in (await self._mine(api, handle.cluster_tag)).values()}
-        return [NODE_TERMINATED if (i := have.get(n.instance_id)) is None
-                else STATES.get(str(i.get("state")), NODE_UNKNOWN) for n in handle.nodes]
+    def classify(self, e: Any, where: str, has_zone: bool) -> SkydError:
+        return classify(e, where=where)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         raise SkydError("stopping is not supported on crusoe", hint=f"use `skyd down {handle.cluster_name}`")
@@ -236,37 +204,16 @@ class CrusoeProvisioner(Provisioner):
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         raise SkydError("starting a stopped cluster is not supported on crusoe")
 
-    async def ensure_agents(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
-        return await self._ssh.ensure_agents(handle, log)
-
-    async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
-        await nodes.drop_transports(self._ssh, handle.nodes)
-        n = await self._remove(handle.cluster_tag, [x.instance_id for x in handle.nodes])
-        log(f"Deleted {n} VM(s) of {handle.cluster_name!r}")
-
     async def forget(self, partial: PartialHandle) -> None:
         try:
             await self._settle(await self.api(), partial.tag)
-            await self._remove(partial.tag, [])
         except CredentialsError:
             if self._sent.get(partial.tag) is False:
                 return
             raise
-
-    async def _remove(self, tag: str, ids: list[str]) -> int:
-        api = await self.api()
-        todo = {str(i["id"]) for i in (await self._mine(api, tag)).values()}  # ``ids`` not listed: gone
-        await gather([(self._delete, api, i) for i in sorted(todo)])
-        return len(todo)
-
-    async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
-        return await self._ssh.agent_endpoint(handle, rank)
-
-    async def sync_dir(self, handle: ClusterHandle, rank: int, src: str, dst: str,
-                       excludes: list[str]) -> tuple[int, int]:
-        return await self._ssh.sync_dir(handle, rank, src, dst, excludes)
+        await super().forget(partial)
 
     async def close(self) -> None:
-        await self._ssh.close()
+        await super().close()
         if self._api is not None:
             await self._api.close()

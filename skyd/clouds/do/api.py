@@ -20,12 +20,12 @@ import re
 from typing import Any
 
 from skyd.clouds.do.config import Flavor, Token, api_url
-from skyd.clouds.do.rest import APIError, RestClient
+from skyd.clouds.neocloud.names import plain_name
+from skyd.clouds.neocloud.rest import APIError, RestClient
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 CLUSTER_TAG_PREFIX = "skyd-cluster:"
 _TAG_BAD = re.compile(r"[^a-zA-Z0-9_\-:]")
-_NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
 
 def _hash(text: str) -> str:
@@ -40,11 +40,7 @@ def cluster_tag(tag: str) -> str:
     return CLUSTER_TAG_PREFIX + v
 
 
-def droplet_name(tag: str, rank: int) -> str:
-    base = _NAME_BAD.sub("-", tag.lower()).strip("-") or "skyd"
-    if base != tag or len(base) > 50:
-        base = base[:50].rstrip("-") + "-" + _hash(tag)
-    return f"{base}-{rank}"
+droplet_name = plain_name  # ``<tag>-<rank>``
 
 
 def label_tags(labels: tuple[tuple[str, str], ...]) -> list[str]:

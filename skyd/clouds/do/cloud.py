@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import aiohttp
-
 from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.do import catalog, config
 from skyd.clouds.do.provisioner import DOProvisioner
-from skyd.clouds.do.rest import APIError
-from skyd.errors import CredentialsError
+from skyd.clouds.neocloud.check import api_check
+from skyd.clouds.neocloud.rest import APIError
 
 
 class DOCloud(Cloud):
@@ -25,19 +23,17 @@ class DOCloud(Cloud):
 
     async def check(self) -> tuple[bool, str]:
         """A token found (the variable or file is named) and ``GET /v2/account`` answers."""
-        try:
+        title = self.flavor.title
+
+        async def probe() -> tuple[bool, str]:
             api = await self._prov.api()
             acct = await api.account()
-        except CredentialsError as e:
-            return False, e.message + (f" ({e.hint})" if e.hint else "")
-        except APIError as e:
-            return False, f"{self.flavor.title} API: {e}"
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            return False, f"{self.flavor.title} API unreachable: {type(e).__name__}: {e}"
-        status = acct.get("status") or "active"
-        if status != "active":
-            return False, f"{self.flavor.title} account is {status}: {acct.get('status_message') or ''}"
-        return True, f"token from {api.token.source} ({acct.get('email') or 'account'})"
+            status = acct.get("status") or "active"
+            if status != "active":
+                return False, f"{title} account is {status}: {acct.get('status_message') or ''}"
+            return True, f"token from {api.token.source} ({acct.get('email') or 'account'})"
+
+        return await api_check(title, probe, api_errors=(APIError,))
 
     def provisioner(self) -> DOProvisioner:
         return self._prov

@@ -39,7 +39,13 @@ from skyd.clouds.gcp import nodes
 from skyd.clouds.neocloud.gpus import agent_status, confirm_gpus
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.ssh.provisioner import SSHProvisioner
-from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
+from skyd.errors import (
+    ClusterStateError,
+    CredentialsError,
+    FailoverScope,
+    ResourcesUnavailableError,
+    SkydError,
+)
 from skyd.transports.agent_deploy import agent_zipapp, gather
 
 PENDING, RUNNING, STOPPED, FAILED = "pending", "running", "stopped", "failed"
@@ -79,6 +85,10 @@ class VMProvisioner(Provisioner):
     NAME = ""
     ssh_user = "root"
     poll_env = ""  # $SKYD_<NAME>_POLL_S
+    api_errors: tuple[type[Exception], ...] = (APIError,)  # what `classify` turns into failover
+    name_key = "vm_name"  # the NodeHandle.extra key that holds a machine's name
+    serial_create = False  # create one by one: a refusal stops before more are made
+    vanish_scope: FailoverScope = "zone"  # the failover scope of a machine that vanished while starting
 
     def __init__(self) -> None:
         self._ssh = SSHProvisioner()
@@ -106,11 +116,29 @@ class VMProvisioner(Provisioner):
         raise ClusterStateError(f"{self.NAME} machines cannot be started again; launch anew")
 
     @abstractmethod
-    def classify(self, e: APIError, where: str, has_zone: bool) -> SkydError:
-        """The error to raise for a refused create."""
+    def classify(self, e: Any, where: str, has_zone: bool) -> SkydError:
+        """The error to raise for a refused create (``e`` is one of `api_errors`)."""
+
+    def machine_name(self, tag: str, rank: int) -> str:
+        return vm_name(tag, rank)
+
+    def created_line(self, req: ProvisionRequest, n: int, where: str) -> str:
+        off = req.offering
+        return (f"Created {n} machine(s) in {where} ({off.instance_type}"
+                + (f", {off.accelerator}:{off.accelerator_count:g}" if off.accelerator else "")
+                + (", spot" if req.use_spot else "") + ")")
 
     def ssh_port(self, vm: VM) -> int:
         return vm.port
+
+    async def prepare(self, req: ProvisionRequest, kept: dict[str, VM], todo: list[str],
+                      where: str) -> str:
+        """Before the creates of ``todo`` (``kept``: the usable machines found again): check
+        capacity or quota, pick a location; returns ``where`` for the messages."""
+        return where
+
+    def handle_region(self, req: ProvisionRequest) -> str | None:
+        return req.offering.region
 
     def handle_extra(self, req: ProvisionRequest) -> dict[str, Any]:
         return {}
@@ -133,32 +161,37 @@ class VMProvisioner(Provisioner):
         self._sent.setdefault(tag, False)
         where = self.where(req)
         key, pub = await nodes.ssh_key()
-        want = {vm_name(tag, r): r for r in range(req.num_nodes)}
+        want = {self.machine_name(tag, r): r for r in range(req.num_nodes)}
         try:
             have = {v.name: v for v in await self.list_vms(tag, off.region)}
             stale = [v for n, v in have.items() if n not in want or v.state in (FAILED, STOPPED)]
             if stale:  # found again but unusable (another size, stopped, failed)
                 await gather([(self.delete_vm, v) for v in stale])
             todo = [n for n in want if n not in have or have[n] in stale]
-            self._sent[tag] = True
-            await gather([(self.create_vm, req, want[n], n, pub) for n in todo])
             if todo:
-                log(f"Created {len(todo)} machine(s) in {where} ({off.instance_type}"
-                    + (f", {off.accelerator}:{off.accelerator_count:g}" if off.accelerator else "")
-                    + (", spot" if req.use_spot else "") + ")")
+                where = await self.prepare(req, {n: v for n, v in have.items() if v not in stale},
+                                           todo, where)
+            self._sent[tag] = True
+            if self.serial_create:
+                for n in todo:
+                    await self.create_vm(req, want[n], n, pub)
+            else:
+                await gather([(self.create_vm, req, want[n], n, pub) for n in todo])
+            if todo:
+                log(self.created_line(req, len(todo), where))
             running = await self._wait_running(tag, off.region, list(want), where)
-        except APIError as e:
+        except self.api_errors as e:
             raise self.classify(e, where, bool(off.zone)) from None
         hnodes = [self._node(running[n], r, req.num_nodes) for n, r in sorted(want.items(), key=lambda x: x[1])]
         for h in hnodes:
             h.ssh["identity_file"] = str(key)  # type: ignore[index]
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
-                                      if h.ssh and h.extra.get("vm_name") in todo])
+                                      if h.ssh and h.extra.get(self.name_key) in todo])
         zipapp = await self._zip()
         await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
                       for n in hnodes])
         handle = ClusterHandle(
-            cluster_name=req.cluster_name, cloud=self.NAME, region=off.region, zone=off.zone,
+            cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,
             instance_type=off.instance_type, use_spot=req.use_spot,
             accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
             num_nodes=req.num_nodes, hourly_cost=self.hourly_cost(req), nodes=hnodes,
@@ -178,7 +211,7 @@ class VMProvisioner(Provisioner):
         node = nodes.node_handle(rank, vm.id, vm.internal or vm.host, vm.host, num_nodes=n,
                                  cluster="", user=self.ssh_user, port=self.ssh_port(vm),
                                  key=Path(""), external=vm.host)
-        node.extra["vm_name"] = vm.name
+        node.extra[self.name_key] = vm.name
         return node
 
     async def _wait_running(self, tag: str, region: str | None, names: list[str],
@@ -190,11 +223,11 @@ class VMProvisioner(Provisioner):
             missing = [n for n in names if n not in have]
             if missing:
                 raise ResourcesUnavailableError(
-                    f"{where}: machine {missing[0]} vanished while starting", scope="zone")
+                    f"{where}: machine {missing[0]} vanished while starting", scope=self.vanish_scope)
             failed = [n for n in names if have[n].state == FAILED]
             if failed:
                 raise ResourcesUnavailableError(
-                    f"{where}: machine {failed[0]} failed to start", scope="zone",
+                    f"{where}: machine {failed[0]} failed to start", scope=self.vanish_scope,
                     provider_message=str(have[failed[0]].raw.get("status") or "failed"))
             if all(have[n].state == RUNNING and have[n].host for n in names):
                 return have
@@ -206,7 +239,7 @@ class VMProvisioner(Provisioner):
         have = {v.name: v for v in await self.list_vms(handle.cluster_tag, handle.region)}
         out = []
         for n in handle.nodes:
-            v = have.get(str(n.extra.get("vm_name")))
+            v = have.get(str(n.extra.get(self.name_key)))
             out.append(NODE_TERMINATED if v is None else {
                 RUNNING: NODE_RUNNING, PENDING: NODE_PENDING, STOPPED: NODE_STOPPED,
                 FAILED: NODE_TERMINATED}.get(v.state, NODE_UNKNOWN))
@@ -214,7 +247,7 @@ class VMProvisioner(Provisioner):
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         have = {v.name: v for v in await self.list_vms(handle.cluster_tag, handle.region)}
-        vms = [have[str(n.extra.get("vm_name"))] for n in handle.nodes if n.extra.get("vm_name") in have]
+        vms = [have[str(n.extra.get(self.name_key))] for n in handle.nodes if n.extra.get(self.name_key) in have]
         if type(self).stop_vm is VMProvisioner.stop_vm:  # refuse before touching the agents
             await self.stop_vm(VM("", "", STOPPED))
         await nodes.shutdown_agents(self._ssh, handle.nodes, handle.cluster_name, handle.token)
@@ -225,15 +258,15 @@ class VMProvisioner(Provisioner):
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         where = "/".join(p for p in (self.NAME, handle.region, handle.zone) if p)
         have = {v.name: v for v in await self.list_vms(handle.cluster_tag, handle.region)}
-        names = [str(n.extra.get("vm_name")) for n in handle.nodes]
+        names = [str(n.extra.get(self.name_key)) for n in handle.nodes]
         try:
             await gather([(self.start_vm, have[n]) for n in names if n in have and have[n].state == STOPPED])
             running = await self._wait_running(handle.cluster_tag, handle.region, names, where)
-        except APIError as e:
+        except self.api_errors as e:
             raise self.classify(e, where, bool(handle.zone)) from None
         await nodes.drop_transports(self._ssh, handle.nodes)  # addresses and ports may change
         key, _ = await nodes.ssh_key()
-        handle.nodes = [self._node(running[str(n.extra.get("vm_name"))], n.rank, len(handle.nodes))
+        handle.nodes = [self._node(running[str(n.extra.get(self.name_key))], n.rank, len(handle.nodes))
                         for n in handle.nodes]
         for h in handle.nodes:
             h.ssh["identity_file"] = str(key)  # type: ignore[index]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import aiohttp
-
 from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
-from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.neocloud.check import api_check
 from skyd.clouds.offering import Offering
 from skyd.clouds.runpod.api import KEY_HINT
 from skyd.clouds.runpod.provisioner import RunPodProvisioner
-from skyd.errors import CredentialsError
 
 
 class RunPodCloud(Cloud):
@@ -23,18 +20,13 @@ class RunPodCloud(Cloud):
 
     async def check(self) -> tuple[bool, str]:
         """A key is found (RUNPOD_API_KEY, config) and ``myself`` answers with it."""
-        try:
+        async def probe() -> tuple[bool, str]:
             api = await self._prov.api()
             me = await api.myself()
-        except CredentialsError as e:
-            return False, e.message + (f" ({e.hint})" if e.hint else "")
-        except APIError as e:
-            if e.status == 401:
-                return False, f"RunPod refused the API key ({e}); {KEY_HINT}"
-            return False, f"RunPod API: {e}"
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            return False, f"RunPod API unreachable: {type(e).__name__}: {e}"
-        return True, f"API key from {api.where} ({me.get('email') or me.get('id') or 'account'})"
+            return True, f"API key from {api.where} ({me.get('email') or me.get('id') or 'account'})"
+
+        return await api_check("RunPod", probe, refused=lambda e: (
+            f"RunPod refused the API key ({e}); {KEY_HINT}" if e.status == 401 else None))
 
     def provisioner(self) -> RunPodProvisioner:
         return self._prov

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import aiohttp
-
 from skyd.clouds.base import Cloud
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
-from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.neocloud.check import api_check
 from skyd.clouds.offering import Offering
 from skyd.clouds.vultr.provisioner import VultrProvisioner
-from skyd.errors import CredentialsError
 
 
 class VultrCloud(Cloud):
@@ -22,16 +19,12 @@ class VultrCloud(Cloud):
 
     async def check(self) -> tuple[bool, str]:
         """A key is found (VULTR_API_KEY, config) and ``GET /account`` answers with it."""
-        try:
+        async def probe() -> tuple[bool, str]:
             api = await self._prov.api()
             acct = await api.account()
-        except CredentialsError as e:
-            return False, e.message + (f" ({e.hint})" if e.hint else "")
-        except APIError as e:
-            return False, f"Vultr API: {e}"
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            return False, f"Vultr API unreachable: {type(e).__name__}: {e}"
-        return True, f"API key from {api.where} ({acct.get('email') or acct.get('name') or 'account'})"
+            return True, f"API key from {api.where} ({acct.get('email') or acct.get('name') or 'account'})"
+
+        return await api_check("Vultr", probe)
 
     def provisioner(self) -> VultrProvisioner:
         return self._prov

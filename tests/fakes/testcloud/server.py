@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from aiohttp import web
 from skyd.clouds.base import ClusterHandle, PartialHandle, ProvisionRequest
 from skyd.clouds.local import LocalProvisioner
 from skyd.clouds.offering import Offering
+from tests.fakes.loopback import LoopbackFake
 
 KEY = "test-key"
 POINTS = ("before_create", "after_create", "before_running")
@@ -63,24 +63,18 @@ class Group:
     boot: asyncio.Task[None] | None = None
 
 
-class FakeInstancesAPI:
+class FakeInstancesAPI(LoopbackFake):
+    thread_name = "fake-instances-api"
+
     def __init__(self, root: Path, key: str = KEY) -> None:
-        self.root = root
+        super().__init__(root, first_ip=0)  # its instances are testcloud nodes, not SSH hosts
         self.key = key
-        self.port = 0
         self.groups: dict[str, Group] = {}
         self.creates: list[dict[str, Any]] = []  # every create body received, in order
         self.terminated: list[str] = []  # instance ids
         self.deletes: list[dict[str, str]] = []  # every delete's query, in order
         self.failures: dict[tuple[str, str | None], str] = {}
-        self._pause: str | None = None
-        self.reached = threading.Event()
-        self._release = threading.Event()
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
 
     # -- knobs (called from the test's thread) ---------------------------------------------
 
@@ -97,13 +91,7 @@ class FakeInstancesAPI:
 
     def pause_at(self, point: str) -> None:
         assert point in POINTS, point
-        self.reached.clear()
-        self._release.clear()
-        self._pause = point
-
-    def release(self) -> None:
-        self._pause = None
-        self._release.set()
+        super().pause_at(point)
 
     def live(self, tag: str | None = None) -> list[dict[str, Any]]:
         return [dict(i) for g in list(self.groups.values()) for i in g.instances
@@ -112,52 +100,26 @@ class FakeInstancesAPI:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> FakeInstancesAPI:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()),
-                                        name="fake-instances-api", daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10), "fake instances API did not start"
+        self.start_server()
         return self
 
-    def stop(self) -> None:
-        """Terminate every instance left (their agents too), then stop serving."""
-        self.release()
-        if self._loop is not None and self._stop is not None:
-            fut = asyncio.run_coroutine_threadsafe(self._terminate_all(), self._loop)
-            fut.result(60)
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+    def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/account", self._account)
         app.router.add_post("/v1/instances", self._create)
         app.router.add_get("/v1/instances", self._list)
         app.router.add_delete("/v1/instances", self._delete)
         app.router.add_post("/v1/instances/{action}", self._action)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+        return app
+
+    async def _stop_hosts(self) -> None:  # `stop`: every instance left ends (its agents too)
+        await self._terminate_all()
 
     async def _terminate_all(self) -> None:
         for g in list(self.groups.values()):
             await self._terminate(g)
 
     # -- helpers ----------------------------------------------------------------------------
-
-    async def _wait_pause(self, point: str) -> None:
-        if self._pause != point:
-            return
-        self.reached.set()
-        while not self._release.is_set():
-            await asyncio.sleep(0.02)
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.key}"
@@ -188,7 +150,7 @@ class FakeInstancesAPI:
         self.creates.append(body)
         region, zone = body["region"], body.get("zone")
         kind = self.failures.get((region, zone)) or self.failures.get((region, None))
-        await self._wait_pause("before_create")
+        await self.wait_pause("before_create")
         fmt = {"type": body.get("instance_type"), "zone": zone, "region": region,
                "image": body.get("image_id")}
         if kind == "hang":  # until the client gives up (or the server stops)
@@ -200,7 +162,7 @@ class FakeInstancesAPI:
         g.boot = asyncio.create_task(self._boot(g))
         if kind == "capacity_after_create":
             return self._error(kind, **fmt)  # the created instances stay: forget must find them
-        await self._wait_pause("after_create")
+        await self.wait_pause("after_create")
         return web.json_response({"instances": g.instances}, status=201)
 
     def _new_group(self, body: dict[str, Any]) -> Group:
@@ -220,7 +182,7 @@ class FakeInstancesAPI:
         return g
 
     async def _boot(self, g: Group) -> None:
-        await self._wait_pause("before_running")
+        await self.wait_pause("before_running")
         off = Offering("testcloud", str(g.body.get("instance_type")), None, 0, 2, 4, g.region,
                        g.zone, 0.0, None)
         req = ProvisionRequest(cluster_name=g.cluster, num_nodes=len(g.instances), offering=off,
