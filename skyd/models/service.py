@@ -70,6 +70,37 @@ class ReplicaPolicy(SpecModel):
                     fail(f"{k} must be >= 0, got {v}", sub=(k,))
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _per_accelerator(cls, data: Any) -> Any:
+        """target_qps_per_replica as {ACCELERATOR[:COUNT]: qps}: known names, qps > 0."""
+        from skyd.models.accelerators import lookup_accelerator, suggest_accelerators
+
+        tq = data.get("target_qps_per_replica") if isinstance(data, dict) else None
+        if not isinstance(tq, dict):
+            return data
+        sub = ("target_qps_per_replica",)
+        if not tq:
+            fail("target_qps_per_replica is an empty mapping",
+                 "give a number, or {ACCELERATOR: qps} e.g. {A100: 10, H100: 20}", sub=sub)
+        out: dict[str, Any] = {}
+        for k, v in tq.items():
+            name, _, count = str(k).partition(":")
+            canon = lookup_accelerator(name)
+            if canon is None:
+                sugg = suggest_accelerators(name)
+                fail(f"target_qps_per_replica: unknown accelerator {name!r}",
+                     f"did you mean {', '.join(map(repr, sugg))}?" if sugg
+                     else "run `skyd gpus list` to see known accelerators", sub=(*sub, str(k)))
+            if count and not (count.isdigit() and int(count) > 0):
+                fail(f"target_qps_per_replica: bad accelerator count in {k!r}",
+                     "write NAME or NAME:COUNT, e.g. 'A100:8'", sub=(*sub, str(k)))
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                fail(f"target_qps_per_replica[{k!r}] must be a number > 0, got {v!r}",
+                     sub=(*sub, str(k)))
+            out[canon + (f":{count}" if count else "")] = v
+        return {**data, "target_qps_per_replica": out}
+
     @model_validator(mode="after")
     def _scale(self) -> ReplicaPolicy:
         if self.max_replicas is not None:
@@ -134,6 +165,9 @@ class ServiceSpec(SpecModel):
             else:
                 d["replica_policy"] = {"min_replicas": reps}
         lb = d.get("load_balancing_policy")
+        if lb is None and isinstance(d.get("replica_policy"), dict) and isinstance(
+                d["replica_policy"].get("target_qps_per_replica"), dict):
+            d["load_balancing_policy"] = "instance_aware_least_load"  # as SkyServe does
         if isinstance(lb, str):
             d["load_balancing_policy"] = lb.strip().lower()
             if d["load_balancing_policy"] not in LB_POLICIES:
