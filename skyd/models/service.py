@@ -177,3 +177,33 @@ class ServiceSpec(SpecModel):
         if isinstance(ports, int) and not isinstance(ports, bool) and not 1 <= ports <= 65535:
             fail(f"service port {ports} out of range 1-65535", sub=("ports",))
         return d
+
+
+class PoolSpec(SpecModel):
+    """``pool:`` (SkyPilot's worker pools for `sky jobs pool apply`): checked and kept so
+    the YAML loads unchanged; skyd does not run pools yet (see docs/serve.md)."""
+
+    _what: ClassVar[str] = "pool"
+    workers: int | None = None
+    min_workers: int | None = None
+    max_workers: int | None = None
+    queue_length_threshold: int | None = None
+    upscale_delay_seconds: int | float | None = None
+    downscale_delay_seconds: int | float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counts(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            data = {"workers": data}
+        if not isinstance(data, dict):
+            fail("pool must be a mapping", "e.g. pool: {workers: 2}")
+        for k in ("workers", "min_workers", "max_workers", "queue_length_threshold",
+                  "upscale_delay_seconds", "downscale_delay_seconds"):
+            v = data.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
+                fail(f"{k} must be >= 0, got {v}", sub=(k,))
+        lo, hi = data.get("min_workers"), data.get("max_workers")
+        if isinstance(lo, int) and isinstance(hi, int) and hi < lo:
+            fail(f"max_workers ({hi}) < min_workers ({lo})", sub=("max_workers",))
+        return data
