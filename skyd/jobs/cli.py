@@ -53,6 +53,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg.add_argument("--controller", action="store_true", help="the controller's log instead")
     lg.set_defaults(func=run_logs)
 
+    pl = js.add_parser("pool", help="worker pools (not supported yet: the YAML's pool: loads)")
+    ps = pl.add_subparsers(dest="pool_cmd", metavar="SUBCOMMAND")
+    pl.set_defaults(func=run_pool, pool_cmd=None)
+    for verb in ("apply", "status", "down", "logs"):
+        v = ps.add_parser(verb, help=f"`sky jobs pool {verb}` (not supported yet)")
+        v.add_argument("args", nargs="*", metavar="ARG")
+        v.add_argument("-p", "--pool", help="pool name")
+        if verb == "apply":
+            v.add_argument("--mode", help="update mode")
+            v.add_argument("--workers", type=int, help="number of workers")
+        v.set_defaults(func=run_pool)
+
+
+def run_pool(args: argparse.Namespace) -> int:
+    """Worker pools are not run yet: one clear message, non-zero exit, nothing made."""
+    from skyd.errors import SkydError
+
+    verb = args.pool_cmd or "apply"
+    raise SkydError(f"`skyd jobs pool {verb}`: worker pools are not supported yet",
+                    field="pool", hint="`skyd validate` accepts the YAML's pool: section; run the "
+                    "work as managed jobs (`skyd jobs launch`) or as a service (`skyd serve up`)")
+
 
 def _envs(items: list[str]) -> dict[str, str]:
     import os

@@ -70,6 +70,37 @@ class ReplicaPolicy(SpecModel):
                     fail(f"{k} must be >= 0, got {v}", sub=(k,))
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _per_accelerator(cls, data: Any) -> Any:
+        """target_qps_per_replica as {ACCELERATOR[:COUNT]: qps}: known names, qps > 0."""
+        from skyd.models.accelerators import lookup_accelerator, suggest_accelerators
+
+        tq = data.get("target_qps_per_replica") if isinstance(data, dict) else None
+        if not isinstance(tq, dict):
+            return data
+        sub = ("target_qps_per_replica",)
+        if not tq:
+            fail("target_qps_per_replica is an empty mapping",
+                 "give a number, or {ACCELERATOR: qps} e.g. {A100: 10, H100: 20}", sub=sub)
+        out: dict[str, Any] = {}
+        for k, v in tq.items():
+            name, _, count = str(k).partition(":")
+            canon = lookup_accelerator(name)
+            if canon is None:
+                sugg = suggest_accelerators(name)
+                fail(f"target_qps_per_replica: unknown accelerator {name!r}",
+                     f"did you mean {', '.join(map(repr, sugg))}?" if sugg
+                     else "run `skyd gpus list` to see known accelerators", sub=(*sub, str(k)))
+            if count and not (count.isdigit() and int(count) > 0):
+                fail(f"target_qps_per_replica: bad accelerator count in {k!r}",
+                     "write NAME or NAME:COUNT, e.g. 'A100:8'", sub=(*sub, str(k)))
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                fail(f"target_qps_per_replica[{k!r}] must be a number > 0, got {v!r}",
+                     sub=(*sub, str(k)))
+            out[canon + (f":{count}" if count else "")] = v
+        return {**data, "target_qps_per_replica": out}
+
     @model_validator(mode="after")
     def _scale(self) -> ReplicaPolicy:
         if self.max_replicas is not None:
@@ -134,6 +165,9 @@ class ServiceSpec(SpecModel):
             else:
                 d["replica_policy"] = {"min_replicas": reps}
         lb = d.get("load_balancing_policy")
+        if lb is None and isinstance(d.get("replica_policy"), dict) and isinstance(
+                d["replica_policy"].get("target_qps_per_replica"), dict):
+            d["load_balancing_policy"] = "instance_aware_least_load"  # as SkyServe does
         if isinstance(lb, str):
             d["load_balancing_policy"] = lb.strip().lower()
             if d["load_balancing_policy"] not in LB_POLICIES:
@@ -143,3 +177,33 @@ class ServiceSpec(SpecModel):
         if isinstance(ports, int) and not isinstance(ports, bool) and not 1 <= ports <= 65535:
             fail(f"service port {ports} out of range 1-65535", sub=("ports",))
         return d
+
+
+class PoolSpec(SpecModel):
+    """``pool:`` (SkyPilot's worker pools for `sky jobs pool apply`): checked and kept so
+    the YAML loads unchanged; skyd does not run pools yet (see docs/serve.md)."""
+
+    _what: ClassVar[str] = "pool"
+    workers: int | None = None
+    min_workers: int | None = None
+    max_workers: int | None = None
+    queue_length_threshold: int | None = None
+    upscale_delay_seconds: int | float | None = None
+    downscale_delay_seconds: int | float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counts(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            data = {"workers": data}
+        if not isinstance(data, dict):
+            fail("pool must be a mapping", "e.g. pool: {workers: 2}")
+        for k in ("workers", "min_workers", "max_workers", "queue_length_threshold",
+                  "upscale_delay_seconds", "downscale_delay_seconds"):
+            v = data.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
+                fail(f"{k} must be >= 0, got {v}", sub=(k,))
+        lo, hi = data.get("min_workers"), data.get("max_workers")
+        if isinstance(lo, int) and isinstance(hi, int) and hi < lo:
+            fail(f"max_workers ({hi}) < min_workers ({lo})", sub=("max_workers",))
+        return data

@@ -128,6 +128,13 @@ class Task(SpecModel):
             fail("resources list is empty", sub=("resources",))
         return d
 
+    @field_validator("pool", mode="before")
+    @classmethod
+    def _pool(cls, v: Any) -> Any:
+        from skyd.models.service import PoolSpec
+
+        return None if v is None else PoolSpec.model_validate(v).model_dump(exclude_none=True)
+
     @field_validator("envs", mode="before")
     @classmethod
     def _envs(cls, v: Any) -> Any:

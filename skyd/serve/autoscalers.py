@@ -9,12 +9,18 @@ count + why). `autoscaler_for(policy)` picks by the replica_policy:
   (+ num_overprovision), clamped and delayed like request_rate. "In the load balancer" is
   every request picked for a replica and not yet answered (in flight, including those
   still waiting on the replica to answer): a slow model shows up here before its QPS rises.
+- ``instance_aware``: target_qps_per_replica is a mapping per accelerator
+  (``{A100: 10, H100: 20}``). Capacity is the sum of the targets of the replicas' actual
+  accelerators (a replica whose accelerator is not known yet, or not in the mapping, counts
+  with the smallest target); the wish keeps the largest replicas that cover the QPS and adds
+  replicas at the smallest target for what they do not cover. Same hysteresis as request_rate.
 """
 
 from __future__ import annotations
 
+import abc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +32,7 @@ class Decision:
     inputs: dict[str, Any]
 
 
-class Autoscaler:
+class Autoscaler(abc.ABC):
     name = ""
 
     def __init__(self, policy: dict[str, Any], current: int) -> None:
@@ -36,14 +42,18 @@ class Autoscaler:
         self.max = int(mx) if mx is not None else self.min
         self.target = max(self.min, min(self.max, current))
 
-    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def decide(self, now: float, qps: float, inflight: int = 0,
+               replica_qps: Sequence[float | None] = ()) -> Decision:
+        """The target at ``now`` (monotonic seconds) from the load balancer's QPS, its
+        requests in flight, and each alive replica's QPS target (None: not known yet)."""
 
 
 class Fixed(Autoscaler):
     name = "fixed"
 
-    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0,
+               replica_qps: Sequence[float | None] = ()) -> Decision:
         self.target = self.min
         return Decision(self.min, "fixed replica count", {"min_replicas": self.min})
 
@@ -67,7 +77,8 @@ class RequestRate(Autoscaler):
         self._up_since: float | None = None
         self._down_since: float | None = None
 
-    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0,
+               replica_qps: Sequence[float | None] = ()) -> Decision:
         want = max(self.min, min(self.max, math.ceil(qps / self.per) if self.per > 0 else self.min))
         inputs = {"qps": round(qps, 3), "target_qps_per_replica": self.per, "wish": want,
                   "current": self.target}
@@ -103,15 +114,43 @@ class QueueLength(RequestRate):
         super().__init__(policy, current)
         self.per = float(policy.get("target_queue_length_per_replica") or 1)
 
-    def decide(self, now: float, qps: float, inflight: int = 0) -> Decision:
+    def decide(self, now: float, qps: float, inflight: int = 0,
+               replica_qps: Sequence[float | None] = ()) -> Decision:
         want = max(self.min, min(self.max, math.ceil(inflight / self.per)))
         inputs = {"inflight": inflight, "target_queue_length_per_replica": self.per,
                   "qps": round(qps, 3), "wish": want, "current": self.target}
         return self._hysteresis(now, want, inputs, f"{inflight} in flight")
 
 
+class InstanceAware(RequestRate):
+    name = "instance_aware"
+
+    def __init__(self, policy: dict[str, Any], current: int) -> None:
+        super().__init__(policy, current)
+        tq = policy.get("target_qps_per_replica")
+        self.targets = {str(k): float(v) for k, v in tq.items()} if isinstance(tq, dict) else {}
+        # self.per (the smallest target) prices replicas not launched or not known yet
+
+    def decide(self, now: float, qps: float, inflight: int = 0,
+               replica_qps: Sequence[float | None] = ()) -> Decision:
+        known = sorted((float(q) if q else self.per for q in replica_qps), reverse=True)
+        want, covered = 0, 0.0
+        for q in known:  # the biggest replicas first: keep those that cover the load
+            if covered >= qps:
+                break
+            want, covered = want + 1, covered + q
+        if covered < qps:
+            want += math.ceil((qps - covered) / self.per) if self.per > 0 else 0
+        want = max(self.min, min(self.max, want))
+        inputs = {"qps": round(qps, 3), "target_qps_per_replica": self.targets,
+                  "replica_qps": [round(q, 3) for q in known],
+                  "capacity": round(sum(known), 3), "wish": want, "current": self.target}
+        return self._hysteresis(now, want, inputs, f"qps {qps:.2f} vs capacity {sum(known):.2f}")
+
+
 AUTOSCALERS: dict[str, Callable[[dict[str, Any], int], Autoscaler]] = {
     "fixed": Fixed, "request_rate": RequestRate, "queue_length": QueueLength,
+    "instance_aware": InstanceAware,
 }  # fmt: skip
 
 
@@ -121,4 +160,6 @@ def autoscaler_for(policy: dict[str, Any], current: int) -> Autoscaler:
         return AUTOSCALERS["queue_length"](policy, current)
     if policy.get("target_qps_per_replica") is None or mx is None or mx == policy.get("min_replicas"):
         return AUTOSCALERS["fixed"](policy, current)
+    if isinstance(policy.get("target_qps_per_replica"), dict):
+        return AUTOSCALERS["instance_aware"](policy, current)
     return AUTOSCALERS["request_rate"](policy, current)

@@ -228,7 +228,8 @@ class ServiceController:
 
     async def _weight(self, service: dict[str, Any], r: dict[str, Any]) -> float:
         """The replica's target_qps_per_replica for its accelerator (a mapping like
-        {"A100:1": 10, "T4": 2}); 1.0 without one."""
+        {"A100:1": 10, "T4": 2}); 1.0 without a mapping, its smallest target when the
+        replica's accelerator is not in it."""
         tq = (service.get("replica_policy") or {}).get("target_qps_per_replica")
         if not isinstance(tq, dict):
             return 1.0
@@ -242,7 +243,7 @@ class ServiceController:
             for acc, n in accs.items():
                 if acc.lower() == name.lower() and (not count or float(count) == float(n)):
                     return max(0.001, float(qps))
-        return 1.0
+        return min(float(v) for v in tq.values())
 
     def _configure_lb(self, service: dict[str, Any]) -> None:
         """After `serve update`: the new version's policy and affinity settings."""
@@ -294,7 +295,9 @@ class ServiceController:
             self.scaler_version = version
         assert self.lb is not None
         inflight = sum(b.inflight for b in self.lb.backends.values())
-        d = self.scaler.decide(time.monotonic(), self.lb.qps(), inflight)
+        per = [self.weights.get(int(r["replica_id"])) if r["status"] == st.READY else None
+               for r in new]  # instance_aware: each replica's qps target, None if not known
+        d = self.scaler.decide(time.monotonic(), self.lb.qps(), inflight, per)
         if self.last is None or d.reason != self.last.reason or d.target != self.last.target:
             self.log(f"autoscaler {self.scaler.name}: target {d.target} ({d.reason}) {d.inputs}")
         self.last = d

@@ -178,12 +178,13 @@ class LoadBalancer:
         if up.content_length is not None and "chunked" not in up.headers.get(
                 "Transfer-Encoding", "").lower():
             resp.content_length = up.content_length
-        await resp.prepare(req)
         try:
+            await resp.prepare(req)
             async for chunk in up.content.iter_any():
                 await resp.write(chunk)
-        except (aiohttp.ClientError, TimeoutError):
-            # upstream broke mid-body: the client sees a cut response (never a retry)
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            # upstream broke mid-body: the client sees a cut response (never a retry);
+            # or the client went away first (aiohttp's writer raises a ConnectionError)
             if req.transport is not None:
                 req.transport.close()
             return resp

@@ -7,6 +7,7 @@ balancer keeps exact (incremented before a request goes upstream, decremented in
 
 from __future__ import annotations
 
+import abc
 import bisect
 import hashlib
 from collections.abc import Callable, Collection, Sequence
@@ -23,14 +24,15 @@ class Backend:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-class Policy:
+class Policy(abc.ABC):
     name = ""
 
     def set_backends(self, backends: Sequence[Backend]) -> None:
         self.backends = list(backends)
 
+    @abc.abstractmethod
     def pick(self, exclude: Collection[Backend], key: bytes | None) -> Backend | None:
-        raise NotImplementedError
+        """The backend for the next request, none of ``exclude``; None when none is left."""
 
 
 def _least(cands: Sequence[Backend]) -> Backend | None:
