@@ -94,7 +94,8 @@ async def test_requests_update_live_and_log_viewer_search_pause(daemon: Path) ->
         await wait_for(pilot, lambda: rid in reqs.rows, what="request row")
         await wait_for(pilot, lambda: reqs.rows[rid]["status"] == "SUCCEEDED", what="SUCCEEDED")
         assert app.events_seen >= 2
-        assert "SUCCEEDED" in screen_text(app)
+        # the row's data is updated before the next repaint shows it
+        await wait_for(pilot, lambda: "SUCCEEDED" in screen_text(app), what="SUCCEEDED on screen")
         await pilot.press("enter")
         assert isinstance(app.screen, LogScreen)
         log = app.screen
