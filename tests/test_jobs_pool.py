@@ -78,3 +78,18 @@ def test_pool_mistakes(env: Env, tmp_path: Path) -> None:
     r = cli("jobs", "pool", "down", "nopool", "-y")
     assert r.returncode != 0 and "no worker pool 'nopool'" in r.stderr
     assert env.json("status") == []
+
+
+def test_pool_down_cancels_its_jobs(env: Env, tmp_path: Path) -> None:
+    pool = write(tmp_path / "pool.yaml", "setup: echo x\n")
+    env.ok("jobs", "pool", "apply", str(pool), "-p", "pd", "--workers", "1")
+    job = write(tmp_path / "job.yaml", "run: sleep 300\n")
+    ids = [json.loads(env.ok("jobs", "launch", "-p", "pd", "-d", "-o", "json", str(job)).stdout)
+           ["job_id"] for _ in range(2)]
+    wait_for(lambda: _job(ids[0])["status"] == "RUNNING", timeout=20, interval=0.1)
+    assert _job(ids[1])["status"] == "PENDING"  # the only worker is busy
+    st = env.json("jobs", "pool", "status")
+    assert st[0]["worker_rows"][0]["job_id"] == ids[0]
+    env.ok("jobs", "pool", "down", "-a", "-y")
+    assert [_job(i)["status"] for i in ids] == ["CANCELLED", "CANCELLED"]
+    assert env.json("status") == [] and env.json("jobs", "pool", "status") == []

@@ -102,6 +102,8 @@ class PoolManager:
                 " task=excluded.task, workers=excluded.workers, updated_at=excluded.updated_at",
                 (name, task_json, workers, now, now),
             )
+            db.execute("UPDATE job_pool_workers SET status='PROVISIONING', reason=NULL WHERE"
+                       " pool=? AND status='FAILED'", (name,))  # a re-apply retries them
             rows = db.execute("SELECT idx, status, job_id FROM job_pool_workers WHERE pool=?"
                               " AND status!='TERMINATING'", (name,)).fetchall()  # fmt: skip
             have = len(rows)
@@ -243,8 +245,10 @@ class PoolManager:
         worker (claimed in one transaction), else wait for one."""
         def fn(db: sqlite3.Connection) -> str | None:
             p = db.execute("SELECT status FROM job_pools WHERE name=?", (pool,)).fetchone()
-            if p is None or p[0] != "READY":
+            if p is None:
                 raise NotFoundError(f"worker pool {pool!r} is gone", field="pool")
+            if p[0] != "READY":  # going down: its `down` cancels this job
+                return None
             row = db.execute("SELECT cluster FROM job_pool_workers WHERE pool=? AND job_id=?",
                              (pool, job_id)).fetchone()  # fmt: skip
             if row is not None:
