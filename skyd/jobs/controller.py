@@ -248,7 +248,8 @@ class JobController:
             if att["ended_at"] is None and att["status"] == st.ATTEMPT_LAUNCHING:
                 # Died mid-launch: whatever was half-created goes; a fresh attempt follows.
                 self.log(f"attempt {att['attempt']} was interrupted mid-launch; tearing down")
-                await self._teardown(cluster)
+                if not dag.get("pool"):  # a pool worker stays, and this job keeps its claim
+                    await self._teardown(cluster)
                 await self._update(
                     {"cluster_job_id": None},
                     attempt_update=(ti, att["attempt"], {

@@ -151,21 +151,18 @@ class PoolManager:
         from skyd.jobs.manager import current_manager
 
         if pool["status"] == "TERMINATING":  # cancel the jobs on the workers first
-            busy = [int(w["job_id"]) for w in await self.workers(name) if w["job_id"]]
-            pending = [int(j["id"]) for j in await self.db.list_jobs(skip_finished=True)
-                       if json.loads((await self.db.get_job(int(j["id"])) or {"dag": "{}"})["dag"]
-                                     ).get("pool") == name]  # fmt: skip
-            ids = sorted(set(busy) | set(pending))
+            ids = []  # the pool's unfinished jobs: running on a worker or waiting for one
+            for j in await self.db.list_jobs(skip_finished=True):
+                row = await self.db.get_job(int(j["id"]))
+                if row is not None and json.loads(row["dag"]).get("pool") == name:
+                    ids.append(int(j["id"]))
             try:
                 m = current_manager()
             except RuntimeError:
                 m = None
             if ids and m is not None:
                 log(f"cancelling managed job(s) {ids} of pool {name}")
-                active = [i for i in ids if i in {int(r["id"]) for r in
-                                                  await self.db.list_jobs(skip_finished=True)}]
-                if active:
-                    await m.cancel(ids=active)
+                await m.cancel(ids=ids)
                 for i in ids:
                     await m.wait(i)
         task = json.loads(pool["task"])
@@ -272,6 +269,12 @@ class PoolManager:
 
     async def release(self, job_id: int) -> None:
         """The job is done with its worker; a worker being removed goes now."""
+        async with self.db.conn.execute(
+            "SELECT 1 FROM job_pool_workers WHERE job_id=?", (job_id,)
+        ) as cur:
+            if await cur.fetchone() is None:  # not a pool job (or already handed back)
+                return
+
         def fn(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             rows = db.execute("SELECT pool, idx, cluster, status FROM job_pool_workers WHERE"
                               " job_id=?", (job_id,)).fetchall()  # fmt: skip
