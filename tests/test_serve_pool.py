@@ -1,5 +1,5 @@
-"""`pool:` (SkyPilot worker pools) loads unchanged and is checked; the pool verbs say
-plainly that pools are not supported yet (non-zero exit, nothing made)."""
+"""`pool:` (SkyPilot worker pools) loads unchanged and is checked; the pool verbs check
+their arguments before talking to the daemon."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ def test_pool_mistakes_name_the_field(pool: dict[str, int], msg: str) -> None:
     assert (e.value.field or "").startswith("pool")
 
 
-def test_pool_verbs_say_not_supported(capsys: pytest.CaptureFixture[str]) -> None:
+def test_pool_verbs_need_their_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """The pool verbs run (tests/test_jobs_pool.py); without a name they say what is missing."""
     from skyd.cli.main import main
 
-    for verb in ("apply", "status", "down"):
-        assert main(["jobs", "pool", verb, "-p", "p1"]) != 0
-        err = capsys.readouterr().err
-        assert f"skyd jobs pool {verb}" in err and "not supported yet" in err
+    assert main(["jobs", "pool", "down"]) != 0
+    assert "skyd jobs pool down NAME | -a" in capsys.readouterr().err
+    assert main(["jobs", "pool", "apply", "x.yaml", "-p", "p1", "--workers", "-2"]) != 0
+    assert "--workers must be >= 0" in capsys.readouterr().err

@@ -140,7 +140,16 @@ async def _v5(db: Any) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4, _v5]
+async def _v6(db: Any) -> None:
+    """Managed-job worker pools (skyd.jobs.pools): a pool and its worker clusters."""
+    from skyd.jobs.state import POOL_SCHEMA
+
+    for stmt in POOL_SCHEMA.split(";"):
+        if stmt.strip():
+            await db.execute(stmt)
+
+
+MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4, _v5, _v6]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

@@ -53,27 +53,100 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg.add_argument("--controller", action="store_true", help="the controller's log instead")
     lg.set_defaults(func=run_logs)
 
-    pl = js.add_parser("pool", help="worker pools (not supported yet: the YAML's pool: loads)")
+    la.add_argument("-p", "--pool", help="run on a free worker of this pool (skyd jobs pool)")
+    la.add_argument("--num-jobs", type=int, default=None, metavar="N",
+                    help="submit N jobs (SKYPILOT_JOB_RANK=0..N-1, SKYPILOT_NUM_JOBS=N)")
+
+    pl = js.add_parser("pool", help="worker pools: clusters that managed jobs run on (-p)")
     ps = pl.add_subparsers(dest="pool_cmd", metavar="SUBCOMMAND")
-    pl.set_defaults(func=run_pool, pool_cmd=None)
-    for verb in ("apply", "status", "down", "logs"):
-        v = ps.add_parser(verb, help=f"`sky jobs pool {verb}` (not supported yet)")
-        v.add_argument("args", nargs="*", metavar="ARG")
-        v.add_argument("-p", "--pool", help="pool name")
-        if verb == "apply":
-            v.add_argument("--mode", help="update mode")
-            v.add_argument("--workers", type=int, help="number of workers")
-        v.set_defaults(func=run_pool)
+    pl.set_defaults(func=run_pool_status, pool_cmd=None, name=None, output="table")
+    ap = ps.add_parser("apply", help="create or resize a pool from POOL.yaml")
+    ap.add_argument("yaml", metavar="POOL.yaml")
+    ap.add_argument("-p", "--pool", required=True, help="pool name")
+    ap.add_argument("--workers", type=int, help="number of workers (default: pool.workers)")
+    ap.add_argument("--mode", help="update mode (ignored: workers are resized in place)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
+    ap.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    ap.set_defaults(func=run_pool_apply)
+    st = ps.add_parser("status", help="pools, their workers and the job each runs")
+    st.add_argument("name", nargs="?", metavar="NAME")
+    st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    st.set_defaults(func=run_pool_status)
+    dn = ps.add_parser("down", help="cancel a pool's jobs and tear its workers down")
+    dn.add_argument("names", nargs="*", metavar="NAME")
+    dn.add_argument("-a", "--all", action="store_true", help="every pool")
+    dn.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    dn.set_defaults(func=run_pool_down)
+    lg2 = ps.add_parser("logs", help="the workers' setup logs")
+    lg2.add_argument("name", metavar="NAME")
+    lg2.add_argument("worker_ids", nargs="*", type=int, metavar="WORKER_ID")
+    lg2.set_defaults(func=run_pool_logs)
 
 
-def run_pool(args: argparse.Namespace) -> int:
-    """Worker pools are not run yet: one clear message, non-zero exit, nothing made."""
-    from skyd.errors import SkydError
+def run_pool_apply(args: argparse.Namespace) -> int:
+    from pathlib import Path
 
-    verb = args.pool_cmd or "apply"
-    raise SkydError(f"`skyd jobs pool {verb}`: worker pools are not supported yet",
-                    field="pool", hint="`skyd validate` accepts the YAML's pool: section; run the "
-                    "work as managed jobs (`skyd jobs launch`) or as a service (`skyd serve up`)")
+    from skyd.cli.client import get_client
+    from skyd.cli.progress import follow_request
+    from skyd.errors import InvalidSpecError
+    from skyd.sdk.payloads import read_task_file
+
+    if args.workers is not None and args.workers < 0:
+        raise InvalidSpecError(f"--workers must be >= 0 (got {args.workers})", field="--workers")
+    path = Path(args.yaml)
+    payload = {"name": args.pool, "workers": args.workers, "env": _envs(args.env),
+               "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
+               "base_dir": str(path.resolve().parent)}  # fmt: skip
+    client = get_client()
+    res = follow_request(client, client.submit("jobs.pool_apply", payload))
+    sys.stdout.write(f"Pool {args.pool}: {len(res.get('workers') or [])} worker(s)\n"
+                     f"  status: skyd jobs pool status {args.pool}\n")
+    return 0
+
+
+def run_pool_status(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+    from skyd.cli.output import print_json, print_table
+
+    rows = get_client().get("/v1/pools", {"name": args.name} if args.name else None)
+    if args.output == "json":
+        print_json(rows)
+        return 0
+    print_table(rows, [("POOL", "name"), ("STATUS", "status"), ("WORKERS", "workers")],
+                empty="No worker pools.")
+    ws = [{**w, "pool": p["name"]} for p in rows for w in p["worker_rows"]]
+    if ws:
+        sys.stdout.write("\n")
+        print_table(ws, [("POOL", "pool"), ("ID", "id"), ("CLUSTER", "cluster"),
+                         ("STATUS", "status"), ("CLUSTER STATUS", "cluster_status"),
+                         ("JOB", "job_id"), ("REASON", "reason")], empty="")  # fmt: skip
+    return 0
+
+
+def run_pool_down(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+    from skyd.cli.progress import follow_request
+    from skyd.errors import InvalidSpecError
+
+    if not args.names and not args.all:
+        raise InvalidSpecError("say which pool to take down", field="pool",
+                               hint="skyd jobs pool down NAME | -a")  # fmt: skip
+    client = get_client()
+    res = follow_request(client, client.submit("jobs.pool_down",
+                                               {"names": args.names, "all": args.all}))  # fmt: skip
+    down = res.get("down") or []
+    sys.stdout.write(f"Pool(s) down: {', '.join(down)}\n" if down else "No worker pools.\n")
+    return 0
+
+
+def run_pool_logs(args: argparse.Namespace) -> int:
+    from skyd.cli.client import get_client
+
+    params = {"worker": [str(i) for i in args.worker_ids]} if args.worker_ids else None
+    for item in get_client().stream_ndjson(f"/v1/pools/{args.name}/logs", params):
+        sys.stdout.write(item.get("text", ""))
+    sys.stdout.flush()
+    return 0
 
 
 def _envs(items: list[str]) -> dict[str, str]:
@@ -107,6 +180,10 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
         "retry_until_up": args.retry_until_up, "priority": args.priority,
         "catalog_dir": catalog_dir(),
     }  # fmt: skip
+    if getattr(args, "pool", None):
+        payload["pool"] = args.pool
+    if getattr(args, "num_jobs", None) is not None:
+        payload["num_jobs"] = args.num_jobs
     first = args.entrypoint[0]
     if len(args.entrypoint) == 1 and first.endswith((".yaml", ".yml")):
         path = Path(first)
@@ -127,10 +204,14 @@ def run_launch(args: argparse.Namespace) -> int:
     rid = client.submit("jobs.launch", launch_payload(args))
     result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
     job_id = int(result["job_id"])
+    ids = [int(i) for i in result.get("job_ids") or [job_id]]
     if args.output == "json":
         from skyd.cli.output import print_json
 
-        print_json({"job_id": job_id, "request_id": rid})
+        print_json({"job_id": job_id, "job_ids": ids, "request_id": rid})
+        return 0
+    if len(ids) > 1:
+        sys.stdout.write(f"  jobs: {', '.join(map(str, ids))}\n  queue:  skyd jobs queue\n")
         return 0
     if args.detach_run:
         sys.stdout.write(f"  follow: skyd jobs logs {job_id}\n  queue:  skyd jobs queue\n")

@@ -102,6 +102,9 @@ class JobController:
             self.log(f"-> {self.status}")
 
     async def _teardown(self, cluster: str) -> None:
+        if await self.m.pools.is_worker(cluster):  # a pool's worker stays: hand it back
+            await self.m.pools.release(self.job_id)
+            return
         delay = max(0.01, min(self.cfg.backoff_initial, 5.0))
         for i in range(self.cfg.teardown_tries):
             try:
@@ -158,6 +161,8 @@ class JobController:
                 await self._teardown(row["cluster"])
                 await self._clear_cluster()
             await job_secrets.forget_if_terminal(self.db, self.job_id)
+            if row is not None and row["status"] in st.TERMINAL:
+                await self.m.pools.release(self.job_id)  # a claim made just before a cancel
         except Exception as e:
             if self.m.stopping:
                 raise
@@ -231,6 +236,9 @@ class JobController:
         """Run task `ti` to the end. True: it succeeded (cluster torn down). False: the job
         reached a terminal state (already persisted)."""
         cluster = cluster_name(self.cfg.cluster_prefix, self.job_id, ti)
+        if dag.get("pool"):  # runs on a free worker of the pool (PENDING until one is)
+            cluster = await self.m.pools.acquire(str(dag["pool"]), self.job_id)
+            self.log(f"task {ti}: on pool {dag['pool']} worker {cluster}")
         att = await self.db.last_attempt(self.job_id, ti)
         reason: str | None = None
         last: Block | None = None
@@ -240,7 +248,8 @@ class JobController:
             if att["ended_at"] is None and att["status"] == st.ATTEMPT_LAUNCHING:
                 # Died mid-launch: whatever was half-created goes; a fresh attempt follows.
                 self.log(f"attempt {att['attempt']} was interrupted mid-launch; tearing down")
-                await self._teardown(cluster)
+                if not dag.get("pool"):  # a pool worker stays, and this job keeps its claim
+                    await self._teardown(cluster)
                 await self._update(
                     {"cluster_job_id": None},
                     attempt_update=(ti, att["attempt"], {

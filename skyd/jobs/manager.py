@@ -15,6 +15,7 @@ from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.jobs import status as st
 from skyd.jobs.controller import JobController, JobsConfig
 from skyd.jobs.ops import ClusterOps
+from skyd.jobs.pools import PoolManager
 from skyd.jobs.scheduler import LaunchScheduler
 from skyd.jobs.spec import build_dag, dag_strategy
 from skyd.jobs.state import JobsDB
@@ -35,6 +36,7 @@ class JobsManager:
         self.config = config or JobsConfig()
         self.scheduler = LaunchScheduler(self.config.max_concurrent_launches)
         self._controllers: dict[int, JobController] = {}
+        self.pools = PoolManager(db, ops, spawn)
         self.stopping = False
 
     # -- controllers ----------------------------------------------------------------------
@@ -93,6 +95,7 @@ class JobsManager:
         secrets_ref: str | None = None,
         catalog_dir: str | None = None,
         request_key: str | None = None,
+        pool: str | None = None,
     ) -> int:
         """Create the job row (PENDING/WAITING) and spawn its controller (once per
         `request_key`, see JobsDB.create_job). ``secrets_ref`` names the job's secrets file
@@ -102,6 +105,9 @@ class JobsManager:
             dag["secrets_ref"] = secrets_ref
         if catalog_dir:  # the submitter's SKYD_CATALOG_DIR: every recovery plans with it
             dag["catalog_dir"] = catalog_dir
+        if pool:
+            await self.pools.require(pool)
+            dag["pool"] = pool
         strategy = dag_strategy(dag)
         get_strategy(strategy)  # unknown names fail here, before a row exists
         for t in dag["tasks"]:
@@ -141,6 +147,7 @@ class JobsManager:
         rows = await self.db.unfinished_or_dirty()
         for r in rows:
             self._start(int(r["id"]))
+        await self.pools.resume()
         return len(rows)
 
     async def queue(

@@ -78,6 +78,29 @@ CREATE TABLE IF NOT EXISTS managed_job_attempts (
 );
 """
 
+# Worker pools (skyd.jobs.pools); also created by the daemon's migration v6.
+POOL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS job_pools (
+    name TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL
+);
+CREATE TABLE IF NOT EXISTS job_pool_workers (
+    pool TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    cluster TEXT NOT NULL,
+    status TEXT NOT NULL,
+    job_id INTEGER,
+    setup_job_id INTEGER,
+    last_job_id INTEGER,
+    reason TEXT,
+    PRIMARY KEY (pool, idx)
+);
+"""
+
 _ACTIVE_SQL = ",".join(f"'{s}'" for s in sorted(ACTIVE))
 _TERMINAL_SQL = ",".join(f"'{s}'" for s in sorted(TERMINAL))
 _QUEUE_COLUMNS = ",".join(c for c in JOB_COLUMNS if c != "dag")
@@ -158,7 +181,7 @@ class JobsDB:
 
     async def init_schema(self) -> None:
         async with self._lock:
-            await self.conn.executescript(SCHEMA)
+            await self.conn.executescript(SCHEMA + POOL_SCHEMA)
             await self._migrate()
 
     async def _migrate(self) -> None:

@@ -123,25 +123,35 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
                 await anyio.sleep(0.05)
     m = _manager()
     docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
-    ref = await job_secrets.save(per_task)  # 0600 file before the row; the dag names it
-    try:
-        job_id = await m.submit(
-            docs,
-            name=payload.get("name"),
-            envs=None,  # already substituted by the loader
-            job_recovery=payload.get("job_recovery"),
-            priority=int(payload.get("priority") or 0),
-            retry_until_up=bool(payload.get("retry_until_up")),
-            secrets_ref=ref,
-            catalog_dir=payload.get("catalog_dir") or None,
-            request_key=f"jobs.launch:{ctx.request_id}",
-        )
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await job_secrets.drop(ref)
-        raise
-    ctx.log(f"Managed job {job_id} submitted")
-    return {"job_id": job_id}
+    pool = payload.get("pool") or None
+    n = int(payload.get("num_jobs") or 1)
+    if pool:
+        await m.pools.require(str(pool))  # an unknown pool: nothing is submitted
+    ids: list[int] = []
+    for i in range(n):
+        ref = await job_secrets.save(per_task)  # 0600 file before the row; the dag names it
+        # SkyPilot's --num-jobs: each job knows its rank and the count.
+        envs = {"SKYPILOT_JOB_RANK": str(i), "SKYPILOT_NUM_JOBS": str(n)} if n > 1 else None
+        try:
+            job_id = await m.submit(
+                docs,
+                name=payload.get("name"),
+                envs=envs,  # the task's own envs were substituted by the loader
+                job_recovery=payload.get("job_recovery"),
+                priority=int(payload.get("priority") or 0),
+                retry_until_up=bool(payload.get("retry_until_up")),
+                secrets_ref=ref,
+                catalog_dir=payload.get("catalog_dir") or None,
+                request_key=f"jobs.launch:{ctx.request_id}" + (f":{i}" if i else ""),
+                pool=str(pool) if pool else None,
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await job_secrets.drop(ref)
+            raise
+        ids.append(job_id)
+        ctx.log(f"Managed job {job_id} submitted" + (f" to pool {pool}" if pool else ""))
+    return {"job_id": ids[0], "job_ids": ids}
 
 
 async def check_jobs_launch(payload: dict[str, Any]) -> None:
@@ -151,6 +161,9 @@ async def check_jobs_launch(payload: dict[str, Any]) -> None:
 
     check_optional_name(payload.get("name"), kind="managed job", field="name")
     number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
+    number(payload.get("num_jobs"), "num_jobs", lo=1, hi=10000, integer=True)
+    if payload.get("pool") is not None:
+        check_optional_name(payload["pool"], kind="pool", field="pool")
     cat = payload.get("catalog_dir")
     if cat is not None and not (isinstance(cat, str) and await anyio.Path(cat).is_dir()):
         raise InvalidSpecError(f"SKYD_CATALOG_DIR {cat!r} is not a directory",
@@ -301,8 +314,12 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
                 terminal = True
             if terminal:
                 if not streamed:
-                    for f in await anyio.to_thread.run_sync(_saved_logs, jid):
+                    saved = await anyio.to_thread.run_sync(_saved_logs, jid)
+                    for f in saved:
                         async for text in _read_chunks(f):
+                            yield {"text": text}
+                    if not saved:  # a pool job: its output stays on the worker
+                        async for text in _worker_log(m, jid):
                             yield {"text": text}
                 yield {"text": f"managed job {jid} {cur['status']}\n"}
                 return
@@ -333,6 +350,20 @@ async def _read_chunks(path: Path, size: int = 256 * 1024) -> AsyncIterator[str]
                 yield text
     if tail := dec.decode(b"", final=True):
         yield tail
+
+
+async def _worker_log(m: JobsManager, jid: int) -> AsyncIterator[str]:
+    """A finished job's output from the pool worker it ran on (while the worker is up)."""
+    atts = await m.db.attempts(jid)
+    if not atts or not atts[-1]["cluster"] or atts[-1]["cluster_job_id"] is None:
+        return
+    if not await m.pools.is_worker(str(atts[-1]["cluster"])):
+        return
+    try:
+        async for chunk in m.ops.tail_logs(str(atts[-1]["cluster"]), int(atts[-1]["cluster_job_id"]), False):
+            yield chunk.decode(errors="replace")
+    except Exception:  # noqa: BLE001 - the worker went away
+        return
 
 
 def _saved_logs(jid: int) -> list[Path]:

@@ -181,7 +181,7 @@ class ServiceSpec(SpecModel):
 
 class PoolSpec(SpecModel):
     """``pool:`` (SkyPilot's worker pools for `sky jobs pool apply`): checked and kept so
-    the YAML loads unchanged; skyd does not run pools yet (see docs/serve.md)."""
+    the YAML loads unchanged; `skyd jobs pool apply` runs them (see docs/jobs.md)."""
 
     _what: ClassVar[str] = "pool"
     workers: int | None = None
