@@ -71,3 +71,28 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="newer than this skyd"):
         await st.open()
     await st.close()
+
+
+@pytest.mark.anyio
+async def test_a_write_cancelled_at_any_point_leaves_the_store_writable(tmp_path: Path) -> None:
+    """A request cancelled right after it was submitted (its first write still on
+    aiosqlite's thread) must not leave the writer connection inside a transaction: every
+    later write, including the one that records the cancellation, has to succeed."""
+    import anyio
+
+    st = Store(tmp_path / "state.db")
+    await st.open()
+    try:
+        for k in range(40):  # cancel after k scheduler turns: before, during and after BEGIN
+            async with anyio.create_task_group() as tg:
+                async def write(i: int = k) -> None:
+                    await st.execute("INSERT INTO kv(key, value) VALUES(?, ?)", (f"c{i}", "x"))
+                tg.start_soon(write)
+                for _ in range(k):
+                    await anyio.sleep(0)
+                tg.cancel_scope.cancel()
+            await st.execute("INSERT INTO kv(key, value) VALUES(?, ?)", (f"after{k}", "y"))
+        rows = await st.fetchall("SELECT key FROM kv WHERE key LIKE 'after%'")
+        assert len(rows) == 40
+    finally:
+        await st.close()

@@ -283,6 +283,16 @@ async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> No
         try:
             await db.execute("BEGIN IMMEDIATE")
             return
+        except anyio.get_cancelled_exc_class():
+            # Cancelled while the BEGIN was queued or running on aiosqlite's thread: it may
+            # still open the transaction after we stop waiting. Wait for it (the thread runs
+            # statements in order) and roll back what it opened, or the connection would be
+            # left inside a transaction and every later write would fail.
+            with anyio.CancelScope(shield=True):
+                await db.execute("SELECT 1")
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+            raise
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e):
                 raise

@@ -12,6 +12,7 @@ import aiohttp
 import anyio
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
@@ -75,7 +76,10 @@ class SkydApp(App[None]):
         yield Footer()
 
     def pane(self, name: str) -> TablePane:
-        return self.query_one(f"#{name}", TablePane)
+        # The panes live on the default screen; a pushed screen (a log, the launch form) is
+        # what ``self.query_one`` would search.
+        stack = self.screen_stack
+        return (stack[0] if stack else self).query_one(f"#{name}", TablePane)
 
     def on_mount(self) -> None:
         self.sub_title = f"connecting to {self.client.socket_path}"
@@ -108,8 +112,24 @@ class SkydApp(App[None]):
             backoff = min(backoff * 2, 5.0)
 
     async def _reload(self, name: str) -> None:
-        await self.pane(name).reload()
-        if self.painted_at is None and all(self.pane(p).loaded for p in PANES):
+        pane: TablePane | None = None
+        # An event can arrive before the tabbed panes are mounted (a loaded machine): wait
+        # for them rather than fail the worker (which would end the app).
+        with anyio.move_on_after(10):
+            while True:
+                try:
+                    pane = self.pane(name)
+                    break
+                except NoMatches:
+                    await anyio.sleep(0.02)
+        if pane is None:
+            return
+        await pane.reload()
+        try:
+            every_pane_loaded = all(self.pane(p).loaded for p in PANES)
+        except NoMatches:  # the app is closing
+            return
+        if self.painted_at is None and every_pane_loaded:
             self.call_after_refresh(self._first_paint)
 
     def _first_paint(self) -> None:
