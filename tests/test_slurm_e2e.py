@@ -297,8 +297,11 @@ async def test_daemon_killed_while_pending_leaves_no_second_allocation(cfg: Slur
                 buf = b""
                 while b"PENDING: Resources" not in buf:
                     buf += await p.stdout.receive()
-            await anyio.to_thread.run_sync(d.kill9)
+            # The CLI first: a CLI that outlives its daemon re-attaches by starting a new
+            # one, which would race the restart below.
             p.kill()
+            await p.wait()
+            await anyio.to_thread.run_sync(d.kill9)
     assert sum("skyd-w2-" in ln for ln in cfg.squeue()) == 1
     async with daemon():
         with anyio.fail_after(60):  # the leak pass / resumed launch settles the half-made cluster
