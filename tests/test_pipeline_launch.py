@@ -209,3 +209,47 @@ def test_bad_input(env: Env, tmp_path: Path) -> None:
     assert env.status("pl-pipe") is None
     r = cli("status", "-o", "json")
     assert all(c["name"] not in ("pl-pipe", "pl-bucket") for c in json.loads(r.stdout))
+
+
+def test_any_of_runs_under_the_entry_the_plan_chose(env: Env, tmp_path: Path) -> None:
+    """any_of lists a GPU entry first and `local` second: the plan lands on local (no GPU
+    infra is enabled here), and the job runs under the local entry: no GPU demanded of a
+    node that has none, and that entry's envs of the cluster (SKYPILOT_NUM_GPUS_PER_NODE=0)."""
+    y = write(tmp_path / "anyof.yaml", """\
+resources:
+  any_of:
+    - accelerators: A100:1
+    - infra: local
+run: |
+  echo "gpus=$SKYPILOT_NUM_GPUS_PER_NODE"
+""")
+    r = env.ok("launch", "-c", "pl-anyof", str(y))
+    assert "Job 1 on pl-anyof: SUCCEEDED" in r.stderr, r.stderr
+    assert "gpus=0" in r.stdout + r.stderr
+    r = env.ok("exec", "pl-anyof", str(y))
+    assert "SUCCEEDED" in r.stderr, r.stderr
+
+
+def test_build_request_takes_the_chosen_entrys_disk_and_labels() -> None:
+    """Two unpinned entries: the provision request carries the disk, labels and image of the
+    entry the solver chose (its index), not the first unpinned one."""
+    import yaml
+
+    from skyd.clouds.offering import Offering
+    from skyd.models.loader import task_from_config
+    from skyd.pipeline import planner
+    from skyd.pipeline.provision import build_request
+
+    task = task_from_config(yaml.safe_load("""\
+resources:
+  any_of:
+    - {accelerators: A100:1, disk_size: 500, labels: {tier: gpu}}
+    - {cpus: 2, disk_size: 100, labels: {tier: cpu}}
+run: echo
+"""))
+    off = Offering(cloud="aws", instance_type="m6i.large", accelerator=None,
+                   accelerator_count=0.0, vcpus=2.0, memory_gib=8.0, region="us-east-1",
+                   zone="us-east-1a", price=0.1, spot_price=None)
+    req = build_request(task, "c", "t", planner.Choice(off, False, 0.1, 1, 1))
+    assert req.disk_size == 100
+    assert dict(req.labels) == {"tier": "cpu"}

@@ -112,7 +112,8 @@ class PipelineClusterOps:
 
                 staging = paths.home() / "storage-staging" / ctx.request_id
                 await smounts.copy_to_nodes(prov, handle, buckets, staging, log)
-            spec = _job_spec(t, with_setup=True, name=cluster_name)
+            spec = _job_spec(t, with_setup=True, name=cluster_name,
+                             res=planner.resources_on(t, handle))
             spec["envs"] = {**spec["envs"], **task.envs}
             job_id = await backend.execute(handle, spec)
         return LaunchResult(job_id=job_id, cloud=handle.cloud, region=handle.region,

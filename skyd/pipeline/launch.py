@@ -69,12 +69,15 @@ def check_local_paths(task: Any) -> None:
             )
 
 
-def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
+def _job_spec(task: Any, *, with_setup: bool, name: str, res: Any = None) -> dict[str, Any]:
+    """The agent's job spec; ``res``: the resources entry the job runs under (the one the
+    cluster was planned for: ``planner.resources_on``), the first entry when not given."""
     # Secrets travel apart from envs: the agent keeps them in a 0600 file, not in jobs.db.
     secret_values = {k: str(v) for k, v in (getattr(task, "secrets", None) or {}).items()
                      if v is not None}
     envs = {k: v for k, v in (task.envs or {}).items() if v is not None and k not in secret_values}
-    res = task.resources[0] if task.resources else None
+    if res is None:
+        res = task.resources[0] if task.resources else None
     gpus = 0
     if res is not None and res.accelerators:
         gpus = math.ceil(float(next(iter(res.accelerators.values()))))
@@ -102,7 +105,8 @@ async def submit_and_follow(
     state = await _kv_get(store, kv_key)
     job_id = state.get("job_id")
     if job_id is None:
-        spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name)
+        spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name,
+                         res=planner.resources_on(task, handle))
         job_id = await backend.execute(handle, spec)
         await _kv_put(store, kv_key, {**state, "job_id": job_id})
     await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})

@@ -21,7 +21,7 @@ from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailabl
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
 __all__ = ["Block", "Choice", "Planned", "RankedChoices", "plan_dag", "plan_task", "dryrun",
-           "check_fits", "to_request"]
+           "check_fits", "resources_on", "to_request"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Choice:
     use_spot: bool
     hourly_cost: float  # whole cluster
     num_nodes: int
+    resources_index: int = 0  # the task's resources entry (any_of/ordered) it came from
 
     def describe(self) -> str:
         o = self.offering
@@ -370,7 +371,8 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
                 if key in seen:
                     continue
                 seen.add(key)
-                choices.append(Choice(off, spot, cost, int(cand.num_nodes)))
+                choices.append(Choice(off, spot, cost, int(cand.num_nodes),
+                                      int(getattr(cand, "request_index", 0))))
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
     choices.table = format_planned(planned)
@@ -408,14 +410,9 @@ def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
     return Block(cloud=o.cloud, region=o.region, zone=o.zone)
 
 
-def check_fits(task: Any, handle: ClusterHandle) -> None:
-    """A task reusing a cluster must fit what the cluster has (any candidate)."""
-    if task.num_nodes > handle.num_nodes:
-        raise ClusterStateError(
-            f"the task needs {task.num_nodes} nodes; cluster {handle.cluster_name!r} has"
-            f" {handle.num_nodes}",
-            hint="launch on a new cluster (-c NEWNAME) or lower num_nodes",
-        )
+def _fitting(task: Any, handle: ClusterHandle) -> tuple[Any, list[str]]:
+    """The first resources entry of the task that the cluster serves, and why the others
+    do not."""
     reasons = []
     for r in task.resources:
         if r.cloud and r.cloud != handle.cloud:
@@ -430,11 +427,33 @@ def check_fits(task: Any, handle: ClusterHandle) -> None:
             if have < float(acc[1]):
                 reasons.append(f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})")
                 continue
-        return
-    raise ClusterStateError(
-        f"task does not fit cluster {handle.cluster_name!r}: " + "; ".join(reasons),
-        hint="launch on a new cluster (-c NEWNAME), or change the task's resources",
-    )
+        return r, reasons
+    return None, reasons
+
+
+def check_fits(task: Any, handle: ClusterHandle) -> None:
+    """A task reusing a cluster must fit what the cluster has (any candidate)."""
+    if task.num_nodes > handle.num_nodes:
+        raise ClusterStateError(
+            f"the task needs {task.num_nodes} nodes; cluster {handle.cluster_name!r} has"
+            f" {handle.num_nodes}",
+            hint="launch on a new cluster (-c NEWNAME) or lower num_nodes",
+        )
+    entry, reasons = _fitting(task, handle)
+    if entry is None and task.resources:
+        raise ClusterStateError(
+            f"task does not fit cluster {handle.cluster_name!r}: " + "; ".join(reasons),
+            hint="launch on a new cluster (-c NEWNAME), or change the task's resources",
+        )
+
+
+def resources_on(task: Any, handle: ClusterHandle) -> Any:
+    """The task's resources entry a job on this cluster runs under (its GPUs, CPUs): the
+    first that the cluster serves, as the planner chose it (any_of lists several)."""
+    entry, _ = _fitting(task, handle)
+    if entry is None and task.resources:
+        return task.resources[0]
+    return entry
 
 
 def _fmt_accs(handle: ClusterHandle) -> str:

@@ -66,8 +66,14 @@ class Attempt:
 
 
 def _resources_for(task: Any, choice: planner.Choice) -> Any:
-    """The task's resources entry a choice came from (same cloud, or unpinned)."""
+    """The task's resources entry a choice came from: the solver's own index (any_of and
+    ordered lists name several); by cloud only for a choice made without one."""
     res = list(task.resources or [])
+    idx = getattr(choice, "resources_index", None)
+    if idx is not None and 0 <= idx < len(res):
+        r = res[idx]
+        if not r.cloud or r.cloud == choice.offering.cloud:
+            return r
     for r in res:
         if r.cloud == choice.offering.cloud:
             return r

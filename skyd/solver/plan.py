@@ -22,11 +22,13 @@ class Choice:
     vcpus: float
     memory_gib: float
     runtime_s: float  # the runtime estimate used for this choice
+    request_index: int = 0  # which of the task's resources entries produced it
 
     @classmethod
     def of(cls, c: Candidate, runtime_s: float) -> Choice:
         return cls(c.cloud, c.region, c.zone, c.zones, c.instance_type, c.accelerators,
-                   c.use_spot, c.hourly_cost, c.num_nodes, c.vcpus, c.memory_gib, runtime_s)
+                   c.use_spot, c.hourly_cost, c.num_nodes, c.vcpus, c.memory_gib, runtime_s,
+                   c.request_index)
 
     def to_json(self) -> dict[str, Any]:
         return {
