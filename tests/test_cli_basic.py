@@ -198,11 +198,6 @@ def test_completion_scripts() -> None:
 
 
 def test_validate_local(tmp_path: Path) -> None:
-    pytest.importorskip("skyd.models", reason="task model not importable yet")
-    from skyd import models
-
-    if not hasattr(models, "load_dag"):
-        pytest.skip("skyd.models.load_dag not written yet")
     y = tmp_path / "t.yaml"
     y.write_text("name: t\nresources:\n  accelerators: h100:8\nenvs:\n  A: null\nrun: echo $A\n")
     r = cli("validate", "-o", "json", str(y), "--env", "A=1")

@@ -48,9 +48,6 @@ def test_sync_sdk_round_trip(fresh_sdk: None, skyd_home: Path) -> None:
 
 
 def test_sync_sdk_validate(fresh_sdk: None, tmp_path: Path) -> None:
-    models = pytest.importorskip("skyd.models", reason="task model not importable yet")
-    if not hasattr(models, "load_dag"):
-        pytest.skip("skyd.models.load_dag not written yet")
     y = tmp_path / "t.yaml"
     y.write_text("name: v\nresources:\n  accelerators: MI300X:8\nrun: nvidia-smi\n")
     out = sdk.validate(path=y)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from skyd.clouds.catalog import Catalog
 from skyd.clouds.offering import Offering
+from skyd.errors import ResourcesUnavailableError
 from skyd.solver.candidates import enumerate_task
 from skyd.solver.dp import solve_chain
 from skyd.solver.ilp import solve_ilp
@@ -65,9 +66,10 @@ def dags(draw: st.DrawFn, chain: bool) -> DagRequest:
 
 
 def _problem(dag: DagRequest, cat: Catalog, objective: str) -> Problem | None:
+    # Only "nothing fits" makes a drawn problem void; any other exception is a bug.
     try:
         cands = [enumerate_task(t, cat).candidates for t in dag.tasks]
-    except Exception:
+    except ResourcesUnavailableError:
         return None
     return build_problem(dag, cands, objective, use_speed=objective == "time")
 

@@ -18,19 +18,14 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.offering import Offering
+from skyd.clouds.ssh.provisioner import SSHProvisioner
 from skyd.clouds.ssh.state import allocations_sync
 from skyd.errors import ResourcesUnavailableError
+from skyd.nodeagent.client import AgentClient
+from skyd.transports.agent_deploy import agent_zipapp
 from tests.fakes.sshhost import FakeSSHHost, fake_hosts, make_keypair, write_pools
 
 pytestmark = pytest.mark.anyio
-
-try:
-    from skyd.clouds.ssh.provisioner import SSHProvisioner
-    from skyd.nodeagent.client import AgentClient
-    from skyd.nodeagent.zipapp import build_zipapp  # noqa: F401
-    from skyd.transports.agent_deploy import agent_zipapp
-except ImportError as e:  # pragma: no cover
-    pytest.skip(f"node agent zipapp builder not available: {e}", allow_module_level=True)
 
 
 def offering(pool: str, host: str | None = None) -> Offering:
