@@ -82,12 +82,6 @@ class ClusterHandle:
         d["nodes"] = [NodeHandle(**n) for n in d["nodes"]]
         return cls(**d)
 
-    def public_dict(self) -> dict[str, Any]:
-        """What status output may show: everything but the token."""
-        d = asdict(self)
-        d.pop("token", None)
-        return d
-
 
 @dataclass(frozen=True)
 class PartialHandle:

@@ -78,20 +78,3 @@ class ValidateBody(BaseModel):
 class ValidateResponse(BaseModel):
     dag: dict[str, Any]
     warnings: list[str] = Field(default_factory=list)
-
-
-class ClusterRecord(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str
-    status: str
-    cloud: str | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    accelerators: Any = None
-    num_nodes: int | None = None
-    use_spot: bool | None = None
-    hourly_cost: float | None = None
-    launched_at: float | None = None
-    autostop_minutes: int | None = None
-    autostop_down: bool | None = None

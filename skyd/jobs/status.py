@@ -24,13 +24,6 @@ class ManagedJobStatus(enum.StrEnum):
         return self.value in TERMINAL
 
 
-class ScheduleState(enum.StrEnum):
-    WAITING = "WAITING"  # wants a launch slot
-    LAUNCHING = "LAUNCHING"  # holds a launch slot
-    ALIVE = "ALIVE"  # launched; being monitored
-    DONE = "DONE"
-
-
 TERMINAL: frozenset[str] = frozenset(
     {
         "SUCCEEDED",

@@ -7,15 +7,15 @@
 - read ``GET /v1/jobs/{id}`` → the row plus its attempts.
 - read ``GET /v1/jobs/{id}/logs`` (?follow=0&controller=1) → ndjson {"text": …} lines.
 
-At daemon start `resume_all` brings back every unfinished managed job. The ClusterOps comes
-from `register_cluster_ops(factory)` (the pipeline registers its implementation); with
-``SKYD_JOBS_SIM=1`` the in-process simulation is used (tests, demos).
+At daemon start `resume_all` brings back every unfinished managed job. The ClusterOps is the
+pipeline's (skyd.jobs.pipeline_ops); with ``SKYD_JOBS_SIM=1`` the in-process simulation is
+used (tests, demos).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,14 +33,6 @@ if TYPE_CHECKING:
 
     from skyd.daemon.app import Daemon
     from skyd.daemon.context import ReadContext, RequestContext
-
-_FACTORY: list[Callable[[Daemon], ClusterOps]] = []
-
-
-def register_cluster_ops(factory: Callable[[Daemon], ClusterOps]) -> None:
-    """The pipeline plugs its ClusterOps in here (called with the daemon at start)."""
-    _FACTORY[:] = [factory]
-
 
 def _config() -> JobsConfig:
     from skyd import paths
@@ -68,8 +60,6 @@ async def _startup(daemon: Daemon) -> None:
             state_file=paths.home() / "jobs-sim.json",
             default_duration=float(os.environ.get("SKYD_JOBS_SIM_DURATION") or 1.0),
         )
-    elif _FACTORY:
-        ops = _FACTORY[0](daemon)
     else:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
 

@@ -167,13 +167,6 @@ def _friendly(e: Mapping[str, Any]) -> str:
     return f"wrong type or value {shown}: {e.get('msg', '')}".rstrip(": ")
 
 
-def relocate(err: InvalidSpecError, prefix: Path, lines: LineMap | None) -> InvalidSpecError:
-    """Re-anchor an InvalidSpecError raised by a helper that knew only a relative field."""
-    if err.line is None and lines:
-        err.line = line_for(prefix, lines)
-    return err
-
-
 def custom_to_spec(
     e: PydanticCustomError, path: Path, lines: LineMap | None = None
 ) -> InvalidSpecError:

@@ -9,12 +9,6 @@ from typing import Any
 import anyio
 
 from skyd.clouds.base import ClusterHandle, Provisioner
-from skyd.errors import ClusterStateError
-
-
-def agent_idle_minutes(minutes: float) -> float:
-    """The idle time to send an agent (negative cancels autostop)."""
-    return float(minutes)
 
 
 @asynccontextmanager
@@ -45,11 +39,3 @@ async def agent_healthy(prov: Provisioner, handle: ClusterHandle, timeout: float
         for rank in range(len(handle.nodes)):
             tg.start_soon(one, rank)
     return ok
-
-
-async def require_agent_call(prov: Provisioner, handle: ClusterHandle) -> None:
-    if not await agent_healthy(prov, handle):
-        raise ClusterStateError(
-            f"the node agent of cluster {handle.cluster_name!r} does not answer",
-            hint=f"`skyd status -r {handle.cluster_name}` re-checks it and restarts its agent",
-        )

@@ -219,7 +219,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
 async def apply_autostop(
     ctx: Any, handle: ClusterHandle, idle: float | None, down: bool, task: Any = None
 ) -> None:
-    from skyd.pipeline.agents import agent, agent_idle_minutes
+    from skyd.pipeline.agents import agent
 
     if idle is None and task is not None:
         auto = planner.task_autostop(task)
@@ -229,7 +229,7 @@ async def apply_autostop(
         idle = 0 if down else 5  # SkyPilot: --down alone tears down right after the jobs
     prov = get_cloud(handle.cloud).provisioner()
     async with agent(prov, handle, 0) as c:
-        await c.set_autostop(agent_idle_minutes(float(idle)), down)
+        await c.set_autostop(float(idle), down)
     await cdb.set_autostop(ctx.store, handle.cluster_name, float(idle), down)
     ctx.log(f"Autostop: {'down' if down else 'stop'} after {idle} idle minute(s)")
 

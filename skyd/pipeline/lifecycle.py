@@ -17,7 +17,7 @@ from skyd.clouds.base import (
 )
 from skyd.errors import ClusterStateError, NotFoundError, SkydError
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline.agents import agent, agent_healthy, agent_idle_minutes
+from skyd.pipeline.agents import agent, agent_healthy
 from skyd.pipeline.locks import cluster_lock
 
 
@@ -141,7 +141,7 @@ async def run_start(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         await cdb.save_handle(ctx.store, handle, cdb.UP)
         if row.get("autostop_minutes") is not None:
             async with agent(prov, handle) as c:
-                await c.set_autostop(agent_idle_minutes(float(row["autostop_minutes"])),
+                await c.set_autostop(float(row["autostop_minutes"]),
                                      bool(row.get("autostop_down")))
         await ctx.stage(f"START {name}", "done")
         return True
@@ -161,7 +161,7 @@ async def run_autostop(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         if handle is None or row["status"] != cdb.UP:
             raise ClusterStateError(f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first")
         async with agent(get_cloud(handle.cloud).provisioner(), handle) as c:
-            await c.set_autostop(agent_idle_minutes(minutes), down)
+            await c.set_autostop(float(minutes), down)
         await cdb.set_autostop(ctx.store, name, None if cancel else minutes, down)
         ctx.log(
             f"Autostop cancelled for {name}."

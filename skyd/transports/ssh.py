@@ -344,11 +344,6 @@ class SSHTransport(Transport):
         self._forwards[key] = _Forward(remote_host, int(remote_port), listener.get_port(), listener)
         return self._forwards[key].local_port
 
-    async def close_forward(self, remote_host: str, remote_port: int) -> None:
-        fwd = self._forwards.pop((remote_host, int(remote_port)), None)
-        if fwd is not None and fwd.listener is not None:
-            fwd.listener.close()
-
     async def _restore_forwards(self) -> None:
         for fwd in self._forwards.values():
             if fwd.listener is not None:
