@@ -14,7 +14,7 @@ import anyio
 
 from tests.test_daemon_support import SKYD_BIN, DaemonProc
 
-PLUGIN = "skyd.clouds.ssh.plugin"
+PLUGIN = "skyd.pipeline.ssh_warmup"
 
 
 def daemon_env(**extra: str) -> dict[str, str]:

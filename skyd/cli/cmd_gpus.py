@@ -52,10 +52,10 @@ def run_list(args: argparse.Namespace) -> int:
     if args.infra and args.infra.split("/")[0] == "slurm":  # live, from the clusters' scontrol
         import anyio
 
-        from skyd.clouds.slurm.gpus import gpu_rows, print_rows
+        from skyd.clouds.slurm.gpus import gpu_rows
 
         _, _, only = args.infra.partition("/")
-        return print_rows(anyio.run(gpu_rows, only or None), args.output == "json")
+        return _print_slurm_rows(anyio.run(gpu_rows, only or None), args.output == "json")
     name, count = None, None
     if args.accelerator:
         name, _, cnt = args.accelerator.partition(":")
@@ -140,3 +140,22 @@ def _run_k8s(args: argparse.Namespace, context: str | None) -> int:
         if not r.get("accelerator") and r.get("error"):
             print(f"{r['context']}: unavailable ({r['error']})")
     return 0
+
+
+def _print_slurm_rows(rows: list[dict[str, Any]], as_json: bool) -> int:
+    if as_json:
+        from skyd.cli.output import print_json
+
+        print_json(rows)
+        return 0
+    from skyd.cli.output import print_table
+
+    ok = [r for r in rows if not r.get("error")]
+    print_table(ok, [
+        ("GPU", lambda r: r["accelerator"] or r["gres"]), ("CLUSTER", "cluster"), ("PARTITION", "partition"),
+        ("PER_NODE", "per_node"), ("FREE", "free"), ("TOTAL", "total"), ("GRES", "gres"),
+    ], empty="No GPUs on the Slurm clusters.")  # fmt: skip
+    for r in rows:
+        if r.get("error"):
+            print(f"warning: {r['error']}")
+    return 0 if ok or not rows else 1

@@ -153,7 +153,7 @@ class LocalProvisioner(Provisioner):
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
         nodes: list[NodeHandle] = []
-        from skyd.storage.rclone import unmount_under
+        from skyd.transports.fuse import unmount_under
 
         await unmount_under(self.cluster_dir(req.cluster_name), wait=False)  # a killed node's
         for rank in range(req.num_nodes):
@@ -320,7 +320,7 @@ class LocalProvisioner(Provisioner):
     async def _remove(self, path: Path, log: LogFn) -> None:
         """Delete a sandbox tree, never anything outside the root (nor the root), nor one
         with a FUSE mount still inside (removing it would delete the bucket's objects)."""
-        from skyd.storage.rclone import fuse_mounts_under
+        from skyd.transports.fuse import fuse_mounts_under
 
         root = self.root
         left = await anyio.to_thread.run_sync(fuse_mounts_under, path)
@@ -337,7 +337,7 @@ class LocalProvisioner(Provisioner):
     async def _unmount(self, handle: ClusterHandle, log: LogFn) -> None:
         """Bucket mounts (rclone, FUSE) in the sandboxes go first: a tree removed through
         a live mount would delete the bucket's objects."""
-        from skyd.storage.rclone import unmount_under
+        from skyd.transports.fuse import unmount_under
 
         for node in handle.nodes:
             if node.node_dir:
@@ -367,7 +367,7 @@ class LocalProvisioner(Provisioner):
             nds = sorted(cdir.glob("node-*")) if cdir.is_dir() else []
         except (fsutil.UnsafePathError, OSError):
             return  # nothing of ours can be there
-        from skyd.storage.rclone import unmount_under
+        from skyd.transports.fuse import unmount_under
 
         await unmount_under(cdir, wait=False)
         for nd in nds:

@@ -140,10 +140,32 @@ async def _v5(db: Any) -> None:
     )
 
 
+# Worker pools (skyd.jobs.pools): migration v6; skyd.jobs.state creates them too.
+POOL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS job_pools (
+    name TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL
+);
+CREATE TABLE IF NOT EXISTS job_pool_workers (
+    pool TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    cluster TEXT NOT NULL,
+    status TEXT NOT NULL,
+    job_id INTEGER,
+    setup_job_id INTEGER,
+    last_job_id INTEGER,
+    reason TEXT,
+    PRIMARY KEY (pool, idx)
+);
+"""
+
+
 async def _v6(db: Any) -> None:
     """Managed-job worker pools (skyd.jobs.pools): a pool and its worker clusters."""
-    from skyd.jobs.state import POOL_SCHEMA
-
     for stmt in POOL_SCHEMA.split(";"):
         if stmt.strip():
             await db.execute(stmt)

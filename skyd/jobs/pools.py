@@ -1,7 +1,7 @@
 """Managed-job worker pools: N long-lived worker clusters `<pool>-w<i>` that managed jobs
 submitted with `--pool` run on, one job per worker at a time.
 
-State (tables job_pools / job_pool_workers, see skyd.jobs.state.POOL_SCHEMA) is committed
+State (tables job_pools / job_pool_workers, see skyd.daemon.schema.POOL_SCHEMA) is committed
 before anything acts on it: a worker row (PROVISIONING) exists before its cluster is
 launched, a row is TERMINATING before its cluster is torn down, and a job's claim on a
 worker (job_pool_workers.job_id) is one transaction. Worker status: PROVISIONING → READY |

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiosqlite
 import anyio
 
+from skyd.daemon.schema import POOL_SCHEMA
 from skyd.jobs.status import ACTIVE, TERMINAL
 
 T = TypeVar("T")
@@ -78,28 +79,6 @@ CREATE TABLE IF NOT EXISTS managed_job_attempts (
 );
 """
 
-# Worker pools (skyd.jobs.pools); also created by the daemon's migration v6.
-POOL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS job_pools (
-    name TEXT PRIMARY KEY,
-    task TEXT NOT NULL,
-    workers INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL
-);
-CREATE TABLE IF NOT EXISTS job_pool_workers (
-    pool TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    cluster TEXT NOT NULL,
-    status TEXT NOT NULL,
-    job_id INTEGER,
-    setup_job_id INTEGER,
-    last_job_id INTEGER,
-    reason TEXT,
-    PRIMARY KEY (pool, idx)
-);
-"""
 
 _ACTIVE_SQL = ",".join(f"'{s}'" for s in sorted(ACTIVE))
 _TERMINAL_SQL = ",".join(f"'{s}'" for s in sorted(TERMINAL))

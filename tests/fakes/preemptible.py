@@ -156,7 +156,7 @@ class PreemptibleProvisioner(Provisioner):
             if d is not None:
                 import shutil
 
-                from skyd.storage.rclone import fuse_mounts_under, unmount_under
+                from skyd.transports.fuse import fuse_mounts_under, unmount_under
 
                 await unmount_under(d, wait=False)  # never delete through a bucket mount
                 left = fuse_mounts_under(d)

@@ -27,22 +27,3 @@ async def gpu_rows(cluster: str | None = None) -> list[dict[str, Any]]:
                          "gres": f"gpu:{p.get('gres_type') or ''}".rstrip(":"), "per_node": p["gpus_per_node"],
                          "total": p["total_gpus"], "free": p["free_gpus"], "nodes": len(p.get("nodes") or [])})  # fmt: skip
     return rows
-
-
-def print_rows(rows: list[dict[str, Any]], as_json: bool) -> int:
-    if as_json:
-        from skyd.cli.output import print_json
-
-        print_json(rows)
-        return 0
-    from skyd.cli.output import print_table
-
-    ok = [r for r in rows if not r.get("error")]
-    print_table(ok, [
-        ("GPU", lambda r: r["accelerator"] or r["gres"]), ("CLUSTER", "cluster"), ("PARTITION", "partition"),
-        ("PER_NODE", "per_node"), ("FREE", "free"), ("TOTAL", "total"), ("GRES", "gres"),
-    ], empty="No GPUs on the Slurm clusters.")  # fmt: skip
-    for r in rows:
-        if r.get("error"):
-            print(f"warning: {r['error']}")
-    return 0 if ok or not rows else 1

@@ -280,7 +280,7 @@ class SSHProvisioner(Provisioner):
 
     async def _unmount(self, handle: ClusterHandle, log: LogFn) -> None:
         """Bucket mounts go before the agent and its directories do."""
-        from skyd.storage.rclone import unmount_node
+        from skyd.transports.fuse import unmount_node
 
         async def one(rank: int) -> None:
             sh = self.node_shell(handle, rank)

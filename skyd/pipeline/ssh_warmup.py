@@ -1,4 +1,5 @@
-"""The ``ssh`` infra inside the daemon (a daemon plugin module, see skyd.daemon.plugins).
+"""The ``ssh`` infra inside the daemon (a daemon plugin module, see skyd.daemon.plugins; it
+lives above the clouds, so the ssh provider itself never imports the daemon).
 
 Importing it registers the ``ssh`` cloud (so the planner offers pool hosts) and two hooks:
 - at start, in the background: probe pool hosts that have no cached facts yet (so the solver
