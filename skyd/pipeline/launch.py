@@ -8,7 +8,6 @@ again (kv `launch:<request id>`), so nothing is provisioned or submitted twice.
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Awaitable, Callable
@@ -28,20 +27,6 @@ from skyd.pipeline.taskload import aload_dag_from_payload, apply_overrides, load
 
 def generate_cluster_name() -> str:
     return f"skyd-{secrets.token_hex(2)}"
-
-
-async def _kv_get(store: Any, key: str) -> dict[str, Any]:
-    r = await store.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
-    return json.loads(r["value"]) if r is not None else {}
-
-
-async def _kv_put(store: Any, key: str, value: dict[str, Any]) -> None:
-    async with store.tx() as db:
-        await db.execute(
-            "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
-            " value = excluded.value",
-            (key, json.dumps(value)),
-        )
 
 
 async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
@@ -102,13 +87,13 @@ async def submit_and_follow(
     store = ctx.store
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
-    state = await _kv_get(store, kv_key)
+    state = await store.kv_get(kv_key, {})
     job_id = state.get("job_id")
     if job_id is None:
         spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name,
                          res=planner.resources_on(task, handle))
         job_id = await backend.execute(handle, spec)
-        await _kv_put(store, kv_key, {**state, "job_id": job_id})
+        await store.kv_set(kv_key, {**state, "job_id": job_id})
     await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})
     ctx.emit({"type": "job_submitted", "cluster": handle.cluster_name, "job_id": job_id})
     await cdb.touch(store, handle.cluster_name)
@@ -141,10 +126,10 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     await smounts.preflight(buckets)
     store = ctx.store
     kv_key = f"launch:{ctx.request_id}"
-    state = await _kv_get(store, kv_key)
+    state = await store.kv_get(kv_key, {})
     name = payload.get("cluster_name") or state.get("cluster") or generate_cluster_name()
     if "cluster" not in state:
-        await _kv_put(store, kv_key, {"cluster": name})
+        await store.kv_set(kv_key, {"cluster": name})
     await ctx.set_result_partial({"cluster": name, "cluster_name": name})
     await smounts.prepare(store, buckets, name, ctx.log)
     async with cluster_lock(name):
