@@ -231,3 +231,12 @@ def test_import_is_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+@pytest.mark.parametrize("alias", ["amd-dev-cloud", "amd_dev_cloud", "amddevcloud"])
+def test_amd_developer_cloud_aliases_name_its_own_provider(alias: str) -> None:
+    """AMD Developer Cloud is its own provider (amddevcloud), not DigitalOcean's `do`."""
+    from skyd.models.parsing import parse_infra
+
+    assert parse_infra(f"{alias}/atl1")[0] == "amddevcloud"
+    assert parse_infra("digitalocean")[0] == "do"

@@ -19,11 +19,13 @@ KNOWN_CLOUDS: tuple[str, ...] = (
     "vsphere", "cudo", "fluidstack", "paperspace", "do", "nebius", "ssh", "hyperbolic",
     "seeweb", "shadeform", "primeintellect", "coreweave", "slurm", "local", "vultr",
     "hotaisle", "crusoe", "tensorwave", "cloudrift", "together", "verda", "mithril",
+    "amddevcloud",
 )
 CLOUD_ALIASES: dict[str, str] = {
     "k8s": "kubernetes",
     "digitalocean": "do",
-    "amd-dev-cloud": "do",
+    "amd-dev-cloud": "amddevcloud",  # its own provider (skyd.clouds.do serves both APIs)
+    "amd_dev_cloud": "amddevcloud",
     "lambdalabs": "lambda",
     "lambda-cloud": "lambda",
     "hot-aisle": "hotaisle",
