@@ -44,10 +44,10 @@ def _workers(payload: dict[str, Any], task: dict[str, Any]) -> int:
     if w is None:
         raise InvalidSpecError("how many workers?", field="pool.workers",
                                hint="set pool: {workers: N} in the YAML or pass --workers N")  # fmt: skip
-    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-        raise InvalidSpecError(f"workers must be >= 0 (got {w!r})", field="pool.workers",
-                               hint="give --workers N with N >= 0")  # fmt: skip
-    return w
+    from skyd.models import bounds
+
+    field = "workers" if payload.get("workers") is not None else "pool.workers"
+    return int(bounds.check(w, "workers", field) or 0)
 
 
 async def check_pool_apply(payload: dict[str, Any]) -> None:

@@ -108,7 +108,7 @@ def _check_bounds(text: str, source: str) -> None:
             stack[-1][1] += n
 
 
-def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
+def _line_map(node: yaml.Node | None, source: str = "<yaml>") -> dict[Path, Any]:
     """Field path -> 1-based line. Also records, under ``("\0raw",) + path``, the source
     text of plain scalars in envs/secrets (so ``LR: 1.5e-4`` stays "1.5e-4").
 
@@ -124,9 +124,18 @@ def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
                 return
             seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
+            first: dict[str, int] = {}
             for k, v in n.value:
                 key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
-                out[p + (key,)] = k.start_mark.line + 1
+                line = k.start_mark.line + 1
+                if key in first and key != "<<":
+                    # The last one wins, as in SkyPilot (PyYAML): a warning, not an error.
+                    warnings.warn(
+                        f"{source}: duplicate key '{fmt_path(p + (key,))}' at line {line} (first"
+                        f" at line {first[key]}); the last one wins -- remove one of them",
+                        stacklevel=2)
+                first.setdefault(key, line)
+                out[p + (key,)] = line
                 if (len(p) == 1 and p[0] in ("envs", "secrets") and isinstance(v, yaml.ScalarNode)
                         and v.tag != "tag:yaml.org,2002:null"):
                     out[(_RAW,) + p + (key,)] = v.value
@@ -169,7 +178,7 @@ def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
             line=(mark.line + 1) if mark is not None else None,
             hint="check indentation, quoting and ':' spacing near that line",
         ) from None
-    return [(d, _line_map(n)) for d, n in zip(docs, nodes, strict=True)]
+    return [(d, _line_map(n, source)) for d, n in zip(docs, nodes, strict=True)]
 
 
 def _apply_overrides(base: dict[str, str | None], over: Mapping[str, str] | None

@@ -20,7 +20,7 @@ from skyd.models.service import ServiceSpec
 from skyd.models.storage import FileMount, resolve_local
 
 REDACTED = "<redacted>"
-MAX_NUM_NODES = 100_000  # a sanity bound; what an infra can hold is checked at plan time
+MAX_NUM_NODES = 100_000  # bounds.BOUNDS["num_nodes"]; what an infra holds: at plan time
 # SkyPilot's task-name rule (sky/task.py _VALID_NAME_REGEX), plus a length bound.
 TASK_NAME_RE = re.compile(r"[a-zA-Z0-9]+(?:[._-]{1,2}[a-zA-Z0-9]+)*")
 MAX_TASK_NAME_LEN = 128
@@ -148,15 +148,17 @@ class Task(SpecModel):
     @field_validator("num_nodes", mode="before")
     @classmethod
     def _nodes(cls, v: Any) -> Any:
+        from skyd.models import bounds
+
         if v is None:
             return 1
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            fail(f"num_nodes must be an integer >= 1, got {v!r}", "e.g. num_nodes: 2")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 1 or (
+                isinstance(v, float) and not v.is_integer()):
+            fail(f"num_nodes must be an integer >= 1, got {bounds.show(v)}", "e.g. num_nodes: 2")
         if v > MAX_NUM_NODES:
-            shown = str(v) if v < 10**12 else f"about 10^{len(str(v)) - 1}"
-            fail(f"num_nodes must be at most {MAX_NUM_NODES}, got {shown}",
+            fail(f"num_nodes must be at most {MAX_NUM_NODES}, got {bounds.show(v)}",
                  "a cluster this big is a typo; the infra's own limit is checked at plan time")
-        return v
+        return int(v)
 
     @field_validator("name", mode="before")
     @classmethod

@@ -31,7 +31,41 @@ OVERRIDE_KEYS = (
 )
 
 
-def load_dag_from_payload(payload: dict[str, Any]) -> Any:
+def check_overrides(overrides: Any) -> dict[str, Any]:
+    """A payload's ``overrides``: a mapping of known keys (400 naming an unknown one);
+    each value is then checked by the model as its CLI flag (``--gpus``, ...)."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise InvalidSpecError("overrides must be a mapping of field: value", field="overrides",
+                               hint="known fields: " + ", ".join(OVERRIDE_KEYS))
+    for k in overrides:
+        if k not in OVERRIDE_KEYS:
+            from skyd.models._errors import suggest
+
+            s = suggest(str(k), OVERRIDE_KEYS)
+            raise InvalidSpecError(
+                f"unknown override {str(k)[:64]!r}", field=f"overrides.{str(k)[:64]}",
+                hint=(f"did you mean {s!r}? " if s else "") + "known: " + ", ".join(OVERRIDE_KEYS))
+    return overrides
+
+
+def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True) -> Any:
+    """The payload's DAG, with its ``overrides`` applied to every task and the launch's
+    precheck (skyd.models.precheck) passed: what every verb that takes a task loads, at
+    submit and when it runs."""
+    dag = _load(payload)
+    ov = check_overrides(payload.get("overrides"))
+    if ov:
+        dag.tasks = [apply_overrides(t, ov) for t in dag.tasks]
+    if precheck:
+        from skyd.models.precheck import precheck as run_precheck
+
+        run_precheck(dag)
+    return dag
+
+
+def _load(payload: dict[str, Any]) -> Any:
     from skyd.models import load_dag
 
     env = dict(payload.get("env") or {})
@@ -53,9 +87,11 @@ def load_dag_from_payload(payload: dict[str, Any]) -> Any:
 
 
 def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:
+    """``task`` with CLI overrides applied (idempotent: applying them again changes
+    nothing, so a caller that re-applies the payload's overrides is harmless)."""
     if not overrides:
         return task
-    kw = {k: v for k, v in overrides.items() if k in OVERRIDE_KEYS and v is not None}
+    kw = {k: v for k, v in check_overrides(overrides).items() if v is not None}
     return task.with_overrides(**kw) if kw else task
 
 
@@ -72,4 +108,4 @@ async def load_task_from_payload(payload: dict[str, Any]) -> Any:
             f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
             hint="run pipelines with `skyd jobs launch`",
         )
-    return apply_overrides(dag.tasks[0], payload.get("overrides"))
+    return dag.tasks[0]  # overrides applied by load_dag_from_payload
