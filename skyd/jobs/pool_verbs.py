@@ -44,7 +44,7 @@ def _workers(payload: dict[str, Any], task: dict[str, Any]) -> int:
     if w is None:
         raise InvalidSpecError("how many workers?", field="pool.workers",
                                hint="set pool: {workers: N} in the YAML or pass --workers N")  # fmt: skip
-    from skyd.models import bounds
+    from skyd import bounds
 
     field = "workers" if payload.get("workers") is not None else "pool.workers"
     return int(bounds.check(w, "workers", field) or 0)

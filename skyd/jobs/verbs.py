@@ -156,7 +156,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
 
 async def check_jobs_launch(payload: dict[str, Any]) -> None:
     """Submit-time check: the job's name (``-n``, else the YAML's), numbers, the task."""
-    from skyd.models import bounds
+    from skyd import bounds
     from skyd.names import check_optional_name
 
     check_optional_name(payload.get("name"), kind="managed job", field="name")

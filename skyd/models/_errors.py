@@ -66,8 +66,8 @@ def check_keys(data: Any, allowed: Iterable[str], what: str) -> None:
 
 def check_bounds(data: dict[Any, Any], fields: Mapping[str, str]) -> dict[Any, Any]:
     """Each present, non-null ``fields`` entry of ``data`` checked against the bounds table
-    (``skyd.models.bounds``): a copy of ``data`` with counts made ints, or ``fail()``."""
-    from skyd.models import bounds
+    (``skyd.bounds``): a copy of ``data`` with counts made ints, or ``fail()``."""
+    from skyd import bounds
 
     out = dict(data)
     for name, key in fields.items():

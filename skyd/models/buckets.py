@@ -94,7 +94,7 @@ def _gcs_problem(name: str) -> str | None:
 def check_bucket_name(name: str, field: str, store: str = "S3") -> None:
     why = s3_name_problem(name, store)
     if why is not None:
-        raise InvalidSpecError(f"{name[:80]!r} is not a valid {store} bucket name: it {why}",
+        raise InvalidSpecError(f"{name[:80]!r} is not a valid bucket name ({store}): it {why}",
                                field=field, hint="e.g. my-dataset-2024 (the store's naming rules)")
 
 

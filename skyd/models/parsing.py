@@ -127,8 +127,8 @@ def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
 
 
 def _in_table(x: float, key: str, what: str, raw: Any) -> None:
-    """``x`` (already parsed from ``raw``) within skyd.models.bounds.BOUNDS[key]."""
-    from skyd.models import bounds
+    """``x`` (already parsed from ``raw``) within skyd.bounds.BOUNDS[key]."""
+    from skyd import bounds
 
     b = bounds.BOUNDS[key]
     if not b.lo <= x <= b.hi or (b.lo_open and x == b.lo):
@@ -229,7 +229,7 @@ def parse_ports(value: Any) -> list[str] | None:
 
 def _port_count(ports: list[str], raw: Any) -> None:
     """At most BOUNDS['ports'] ports in all (a range counts each of its ports)."""
-    from skyd.models import bounds
+    from skyd import bounds
 
     seen: set[int] = set()
     cap = int(bounds.BOUNDS["ports"].hi)

@@ -16,7 +16,7 @@ from skyd.models.accelerators import Count, expand_accelerators
 
 DEFAULT_DISK_SIZE_GB = 256
 DEFAULT_AUTOSTOP_IDLE_MINUTES = 5
-MIN_PRIORITY, MAX_PRIORITY = -1000, 1000  # skyd.models.bounds.BOUNDS["priority"]
+MIN_PRIORITY, MAX_PRIORITY = -1000, 1000  # skyd.bounds.BOUNDS["priority"]
 DISK_TIERS = ("low", "medium", "high", "ultra", "best")
 NETWORK_TIERS = ("standard", "best")
 WAIT_FOR = ("jobs_and_ssh", "jobs", "none")
@@ -45,7 +45,7 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     _extra_keys: ClassVar[tuple[str, ...]] = ()
     _what: ClassVar[str] = "spec"
-    # field -> key of skyd.models.bounds.BOUNDS: checked (and a whole float made an int)
+    # field -> key of skyd.bounds.BOUNDS: checked (and a whole float made an int)
     # before any other validation, so every number is bounded by the one table.
     _bounds: ClassVar[dict[str, str]] = {}
 

@@ -73,7 +73,7 @@ class ReplicaPolicy(SpecModel):
     def _per_accelerator(cls, data: Any) -> Any:
         """target_qps_per_replica: a number, or {ACCELERATOR[:COUNT]: qps} with known names;
         each qps within the bounds table."""
-        from skyd.models import bounds
+        from skyd import bounds
         from skyd.models.accelerators import lookup_accelerator, suggest_accelerators
 
         if not isinstance(data, dict):

@@ -148,7 +148,7 @@ class Task(SpecModel):
     @field_validator("num_nodes", mode="before")
     @classmethod
     def _nodes(cls, v: Any) -> Any:
-        from skyd.models import bounds
+        from skyd import bounds
 
         if v is None:
             return 1

@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 
+from skyd import bounds
 from skyd.daemon.http import MAX_ID, number
 from skyd.errors import InvalidSpecError
-from skyd.models import bounds
 from skyd.names import check_optional_name
 
 MAX_IDLE_MINUTES = int(bounds.BOUNDS["idle_minutes"].hi)  # ten years: longer is "never"
