@@ -137,8 +137,9 @@ class Autostop(SpecModel):
                 if isinstance(im, float) and im.is_integer():
                     im = int(im)
                 if isinstance(im, str):
-                    im = int(round(parsing.parse_duration(im, default_unit="m",
-                                                          what="idle_minutes") / 60))
+                    with _at("idle_minutes"):
+                        im = int(round(parsing.parse_duration(im, default_unit="m",
+                                                              what="idle_minutes") / 60))
                 if not isinstance(im, int) or not 0 <= im <= parsing.MAX_DURATION_S // 60:
                     fail(f"idle_minutes must be an integer in 0..{parsing.MAX_DURATION_S // 60},"
                          f" got {im!r}", sub=("idle_minutes",))
