@@ -124,6 +124,14 @@ def test_valid_values_still_load() -> None:
         assert t.service is not None and isinstance(t.service.replica_policy.min_replicas, int)
 
 
+def test_every_bound_is_documented() -> None:
+    from skyd.bounds import BOUNDS
+
+    doc = (Path(__file__).parent.parent / "docs" / "models.md").read_text()
+    missing = [k for k in BOUNDS if f"| `{k}` |" not in doc]
+    assert not missing, f"add these rows to the bounds table in docs/models.md: {missing}"
+
+
 # -- every entry point: validate, CLI launch, HTTP API, SDK -----------------------------
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:

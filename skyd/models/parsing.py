@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any
 
+from skyd import bounds
 from skyd.cloudnames import REGISTERED
 from skyd.models._errors import fail, suggest
 
@@ -115,8 +116,8 @@ def size_to_gib(value: Any, what: str) -> float:
     return _bounded(-v if neg else v, value, what, MAX_SIZE_GIB)
 
 
-MAX_SIZE_GIB = float(2**40)  # a thousand PiB: anything bigger is a typo
-MAX_DURATION_S = 10 * 365 * 86400  # ten years
+MAX_SIZE_GIB = bounds.BOUNDS["io_size"].hi  # 2^40 GB: anything bigger is a typo
+MAX_DURATION_S = bounds.TEN_YEARS_S
 
 
 def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
@@ -128,8 +129,6 @@ def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
 
 def _in_table(x: float, key: str, what: str, raw: Any) -> None:
     """``x`` (already parsed from ``raw``) within skyd.bounds.BOUNDS[key]."""
-    from skyd import bounds
-
     b = bounds.BOUNDS[key]
     if not b.lo <= x <= b.hi or (b.lo_open and x == b.lo):
         shown = raw if isinstance(raw, str) else bounds.show(raw)
@@ -229,8 +228,6 @@ def parse_ports(value: Any) -> list[str] | None:
 
 def _port_count(ports: list[str], raw: Any) -> None:
     """At most BOUNDS['ports'] ports in all (a range counts each of its ports)."""
-    from skyd import bounds
-
     seen: set[int] = set()
     cap = int(bounds.BOUNDS["ports"].hi)
     for p in ports:
