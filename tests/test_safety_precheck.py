@@ -208,11 +208,31 @@ def test_overrides_and_secrets_are_checked(env: Env, base: Path) -> None:
     assert status == 400 and resp["error"]["field"] == "secrets.T", resp
 
 
+def test_duplicate_keys_warn_at_launch(env: Env, base: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The launch's own log says it too (a dry run: nothing is made)."""
+    from skyd import sdk
+    from skyd.cli.main import main
+
+    y = write(base / "d.yaml", "resources:\n  infra: local\nrun: echo a\nrun: echo b\n")
+    capsys.readouterr()
+    assert main(["launch", "--dryrun", str(y)]) == 0
+    cap = capsys.readouterr()
+    assert "warning: " in cap.out + cap.err
+    assert "duplicate key 'run' at line 4 (first at line 3)" in cap.out + cap.err
+    out = sdk.validate(path=y)
+    assert [w for w in out["warnings"] if "duplicate key 'run'" in w] == [
+        f"{y}: duplicate key 'run' at line 4 (first at line 3); the last one wins -- remove"
+        " one of them"]
+
+
 def test_nothing_was_created(env: Env) -> None:
     rows = api("GET", "/v1/requests?limit=10000")[1]
     made = [r for r in rows if r["verb"] in ("launch", "exec", "jobs.launch", "serve.up",
                                              "jobs.pool_apply")]
-    assert made == [], made
+    # (the one request: the dry run of test_duplicate_keys_warn_at_launch)
+    assert len(made) <= 1 and all(r["verb"] == "launch" and not r.get("cluster_name")
+                                  for r in made), made
     assert env.json("jobs", "queue") == []
     assert env.status("pre") is None and not env.cluster_dir("pre").exists()
     status, svcs = api("GET", "/v1/services")

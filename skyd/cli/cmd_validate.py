@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                         if k in t.secrets else
                         f"env {k} has no value: give it at launch with --env {k}=VALUE"
                         for k in t.required_envs())
-    for m in msgs:
+    for m in dict.fromkeys(msgs):  # a load warning is both caught and the task's
         sys.stderr.write(f"warning: {m}\n")
     if args.output == "json":
         from skyd.cli.output import print_json

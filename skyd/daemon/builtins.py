@@ -109,7 +109,8 @@ async def validate(ctx: ReadContext, request: web.Request) -> Any:
             precheck(dag)  # the launch's own precheck (skyd.models.precheck)
             normalized = dag.to_normalized()
             msgs = task_warnings(dag)
-        return {"dag": normalized, "warnings": [str(w.message) for w in caught] + msgs}
+        both = [str(w.message) for w in caught] + msgs
+        return {"dag": normalized, "warnings": list(dict.fromkeys(both))}
 
     return await anyio.to_thread.run_sync(run)
 

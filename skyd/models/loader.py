@@ -30,7 +30,7 @@ from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
 from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
-from skyd.models.task import Task, _str_scalars
+from skyd.models.task import Task, _str_scalars, note_load_warnings
 
 # SkyPilot's top-level task keys (utils/schemas.py get_task_schema) + skyd's estimated_runtime.
 TASK_KEYS: tuple[str, ...] = (
@@ -130,10 +130,11 @@ def _line_map(node: yaml.Node | None, source: str = "<yaml>") -> dict[Path, Any]
                 line = k.start_mark.line + 1
                 if key in first and key != "<<":
                     # The last one wins, as in SkyPilot (PyYAML): a warning, not an error.
-                    warnings.warn(
-                        f"{source}: duplicate key '{fmt_path(p + (key,))}' at line {line} (first"
-                        f" at line {first[key]}); the last one wins -- remove one of them",
-                        stacklevel=2)
+                    msg = (f"{source}: duplicate key '{fmt_path(p + (key,))}' at line {line}"
+                           f" (first at line {first[key]}); the last one wins -- remove one"
+                           " of them")
+                    out.setdefault(_DUPS, []).append(msg)
+                    warnings.warn(msg, stacklevel=2)
                 first.setdefault(key, line)
                 out[p + (key,)] = line
                 if (len(p) == 1 and p[0] in ("envs", "secrets") and isinstance(v, yaml.ScalarNode)
@@ -152,6 +153,7 @@ def _line_map(node: yaml.Node | None, source: str = "<yaml>") -> dict[Path, Any]
 
 
 _RAW = "\0raw"
+_DUPS: Path = ("\0duplicates",)  # line map entry: the duplicate-key warnings of the document
 
 
 def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
@@ -389,6 +391,8 @@ def _load_dag(
         except InvalidSpecError as e:
             errors.append(e)
             continue
+        dups: Any = lm.get(_DUPS)
+        note_load_warnings(task, list(dups or ()))
         if group:
             _check_group_task(task, i, [t.name for t in tasks], prefix, lm, errors)
         tasks.append(task)

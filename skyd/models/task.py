@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -45,6 +46,23 @@ def register_task_validator(fn: TaskValidator) -> TaskValidator:
 
 def registered_task_validators() -> list[TaskValidator]:
     return list(_VALIDATORS)
+
+
+# Warnings found while loading a task (duplicate YAML keys), by task object: Task.validate()
+# returns them first, so every entry point that shows a task's warnings shows them.
+_LOAD_NOTES: dict[int, list[str]] = {}
+
+
+def note_load_warnings(task: Task, msgs: list[str]) -> None:
+    if not msgs:
+        return
+    key = id(task)
+    _LOAD_NOTES[key] = list(msgs)
+    weakref.finalize(task, _LOAD_NOTES.pop, key, None)
+
+
+def load_warnings(task: Task) -> list[str]:
+    return list(_LOAD_NOTES.get(id(task), ()))
 
 
 def _str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
@@ -212,7 +230,7 @@ class Task(SpecModel):
     # ------------------------------------------------------------------ behaviour
     def validate(self) -> list[str]:  # type: ignore[override]
         """Run every registered validator; returns warnings (errors raise at load)."""
-        out: list[str] = []
+        out: list[str] = load_warnings(self)
         for fn in _VALIDATORS:
             out.extend(fn(self))
         return out
@@ -275,7 +293,9 @@ class Task(SpecModel):
         if workdir is not None:
             updates["workdir"] = resolve_local(workdir, base_dir or Path(os.getcwd()))
         try:
-            return self._rebuild(**updates)
+            new_task = self._rebuild(**updates)
+            note_load_warnings(new_task, load_warnings(self))
+            return new_task
         except ValidationError as e:
             err = convert_validation_error(e)
             field = err.field or ""
