@@ -76,6 +76,8 @@ FIELDS: list[tuple[str, str, list[str]]] = [
      SVC + "  load_balancer:\n    stream_timeout_seconds: {v}\n", ["0", "-1"]),
     ("service.load_balancer.affinity_body_prefix",
      SVC + "  load_balancer:\n    affinity_body_prefix: {v}\n", ["0", "-1"]),
+    ("service.pool.workers", SVC + "  pool:\n    workers: {v}\n", ["-1", "1001"]),
+    ("service.workers", SVC + "  workers: {v}\n", ["-1", "1001"]),
     *[(f"pool.{k}", f"pool:\n  {k}: {{v}}\n", ["-1", "1001"])
       for k in ("workers", "min_workers", "max_workers")],
     *[(f"pool.{k}", f"pool:\n  {k}: {{v}}\n", ["-1"])

@@ -201,6 +201,13 @@ def test_overrides_and_secrets_are_checked(env: Env, base: Path) -> None:
         for bad in (1, 1.5, True, None, ["x"], {"a": 1}):
             status, resp = api("POST", f"/v1/requests/{verb}", {**ok, "secrets": {"TOK": bad}})
             assert status == 400 and resp["error"]["field"] == "secrets.TOK", (verb, bad, resp)
+    for verb, extra in (("launch", {"cluster_name": "pre"}), ("jobs.launch", {}),
+                        ("serve.up", {"name": "pre-svc"}), ("jobs.pool_apply", {"name": "pp"})):
+        body = {"yaml": "run: echo\n" + SVC, "base_dir": str(base), **extra}
+        for env_bad, named in (({"A": 5}, "env.A"), ({"A": None}, "env.A"), (["A=1"], "env"),
+                               ({"1A": "x"}, "env")):
+            status, resp = api("POST", f"/v1/requests/{verb}", {**body, "env": env_bad})
+            assert status == 400 and resp["error"]["field"] == named, (verb, env_bad, resp)
     status, resp = api("POST", "/v1/requests/launch", {**ok, "overrides": {"num_nodes": True}})
     assert status == 400 and resp["error"]["field"] == "--num-nodes", resp
     status, resp = api("POST", "/v1/requests/jobs.launch",

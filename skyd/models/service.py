@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from pydantic import model_validator
+from pydantic_core import PydanticCustomError
 
 from skyd.models._errors import check_bounds, fail
 from skyd.models.resources import SpecModel
@@ -167,6 +168,12 @@ class ServiceSpec(SpecModel):
             fail("service must be a mapping", "e.g. service: {readiness_probe: /health, replicas: 2}")
         d = dict(data)
         d = check_bounds(d, cls._bounds)  # before replicas: is copied into the policy
+        if isinstance(d.get("pool"), dict):  # kept as written; its counts are bounded too
+            try:
+                d["pool"] = check_bounds(d["pool"], PoolSpec._bounds)
+            except PydanticCustomError as e:
+                ctx = e.context or {}
+                fail(str(ctx.get("msg")), ctx.get("hint"), sub=("pool", *(ctx.get("sub") or ())))
         reps = d.get("replicas")
         pol = d.get("replica_policy")
         if reps is not None:

@@ -34,16 +34,9 @@ def _string(payload: dict[str, Any], key: str, *, required: bool = False) -> Non
 
 
 def _load(payload: dict[str, Any], *, single: bool) -> list[Any]:
-    from skyd.pipeline.taskload import check_overrides, load_dag_from_payload
+    from skyd.pipeline.taskload import load_dag_from_payload
 
-    for key in ("yaml", "command", "base_dir", "yaml_path"):
-        _string(payload, key)
-    env = payload.get("env")
-    if env is not None and (not isinstance(env, dict)
-                            or not all(isinstance(v, str) for v in env.values())):
-        raise InvalidSpecError("env must be a mapping of NAME: string", field="env")
-    check_overrides(payload.get("overrides"))
-    dag = load_dag_from_payload(payload)  # overrides applied, the precheck passed
+    dag = load_dag_from_payload(payload)  # shapes checked, overrides applied, precheck passed
     if single and len(dag.tasks) != 1:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
                                hint="run pipelines with `skyd jobs launch`")

@@ -50,10 +50,38 @@ def check_overrides(overrides: Any) -> dict[str, Any]:
     return overrides
 
 
+def check_payload(payload: dict[str, Any]) -> None:
+    """The task part of a payload has the right shapes (400 naming the key otherwise):
+    ``yaml``/``command``/``base_dir``/``yaml_path`` strings, ``env`` a mapping of variable
+    names to strings, ``overrides`` known keys. ``secrets`` are checked when the daemon takes
+    them out of the payload (skyd.daemon.request_secrets)."""
+    import re
+
+    for key in ("yaml", "command", "base_dir", "yaml_path"):
+        v = payload.get(key)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise InvalidSpecError(f"{key} must be a non-empty string, got {type(v).__name__}",
+                                   field=key)
+    env = payload.get("env")
+    if env is not None:
+        if not isinstance(env, dict):
+            raise InvalidSpecError("env must be a mapping of NAME: string", field="env",
+                                   hint='e.g. {"LR": "0.1"} (CLI: --env LR=0.1)')
+        for k, v in env.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k)):
+                raise InvalidSpecError(f"{str(k)[:64]!r} is not a valid variable name",
+                                       field="env", hint="names match [A-Za-z_][A-Za-z0-9_]*")
+            if not isinstance(v, str):
+                raise InvalidSpecError(f"env {k} needs a string value, got {type(v).__name__}",
+                                       field=f"env.{k}", hint=f'write "{k}": "..." (a string)')
+    check_overrides(payload.get("overrides"))
+
+
 def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True) -> Any:
     """The payload's DAG, with its ``overrides`` applied to every task and the launch's
     precheck (skyd.models.precheck) passed: what every verb that takes a task loads, at
     submit and when it runs."""
+    check_payload(payload)
     dag = _load(payload)
     ov = check_overrides(payload.get("overrides"))
     if ov:
