@@ -75,6 +75,9 @@ BOUNDS: dict[str, Bound] = {
     "workers": Bound(0, MAX_POOL_WORKERS, why="each worker is a cluster"),
     "queue_length_threshold": Bound(0, 1_000_000),
     "num_jobs": Bound(1, 1_000, why="each job launches its own cluster"),
+    # ---- reads and local commands
+    "tail_lines": Bound(0, 1_000_000, unit="lines", why="0 = the whole log"),
+    "connect_timeout": Bound(0, 3_600, integer=False, lo_open=True, unit="seconds"),
 }
 
 

@@ -230,6 +230,10 @@ def test_payload_counts_answer_400(env: Env, tmp_path: Path, verb: str, key: str
     ["launch", "-y", "-d", "-c", "bnd", "--memory", "nan", "echo"],
     ["launch", "-y", "-d", "-c", "bnd", "--gpus", "A100:inf", "echo"],
     ["launch", "-y", "-d", "-c", "bnd", "--ports", "1-65535", "echo"],
+    ["ssh", "check", "nopool", "--timeout", "inf"],
+    ["ssh", "check", "nopool", "--timeout", "nan"],
+    ["ssh", "check", "nopool", "--timeout", "0"],
+    ["logs", "nocluster", "--tail", "100000000"],
 ])
 def test_cli_flags_exit_2(env: Env, tmp_path: Path, argv: list[str],
                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,7 +245,7 @@ def test_cli_flags_exit_2(env: Env, tmp_path: Path, argv: list[str],
     assert main(argv) == 2, argv
     err = capsys.readouterr().err
     flag = next(a for a in argv if a.startswith("-") and a not in ("-y", "-d", "-c", "-p"))
-    named = {"-i": "idle_minutes"}.get(flag, flag.lstrip("-").replace("-", "_"))
+    named = {"-i": "idle_minutes", "--tail": "tail"}.get(flag, flag.lstrip("-").replace("-", "_"))
     assert named in err.replace("-", "_"), (argv, err)
 
 

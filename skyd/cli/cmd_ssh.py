@@ -62,6 +62,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from skyd.clouds.ssh.check import check_pool
     from skyd.clouds.ssh.pools import get_pool
 
+    from skyd import bounds
+
+    bounds.check(args.timeout, "connect_timeout", "--timeout")
     pool = get_pool(args.pool)
     reports = anyio.run(lambda: check_pool(pool, timeout=args.timeout))
     if args.output == "json":
