@@ -53,6 +53,8 @@ CASES: list[tuple[str, str, str]] = [
     ("workdir: FILE\n", "workdir", "is a file"),
     ("workdir:\n  url: https://example.com/r.git\n", "workdir", "git workdir"),
     ("file_mounts:\n  /d: ./nope\n", "file_mounts./d", "does not exist"),
+    (SVC + "  tls:\n    keyfile: ./nokey.pem\n    certfile: FILE\n", "service.tls.keyfile",
+     "no such file"),
 ]
 
 
@@ -65,6 +67,8 @@ def base(tmp_path: Path) -> Path:
 
 
 def _text(body: str, base: Path, extra: str = "") -> str:
+    if extra.startswith("service:") and body.startswith("service:"):
+        extra = ""  # the case has its own service section
     body = body.replace("DATA", str(base / "data")).replace("FILE", str(base / "file.txt"))
     return body + extra + "run: echo hi\n"
 
@@ -84,7 +88,7 @@ def test_precheck_in_process(base: Path, case: tuple[str, str, str]) -> None:
     body, field, needle = case
     dag = load_dag("t.yaml", text=_text(body, base), base_dir=base)
     with pytest.raises(InvalidSpecError) as ei:
-        precheck(dag)
+        precheck(dag, base)
     assert any(f.startswith(field) for f in _fields(ei.value)), (field, str(ei.value))
     assert needle in str(ei.value) and ei.value.exit_code == 2
 

@@ -58,11 +58,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
+    from skyd import bounds
     from skyd.cli.output import print_json
     from skyd.clouds.ssh.check import check_pool
     from skyd.clouds.ssh.pools import get_pool
-
-    from skyd import bounds
 
     bounds.check(args.timeout, "connect_timeout", "--timeout")
     pool = get_pool(args.pool)

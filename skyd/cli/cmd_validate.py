@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                            allow_missing_env=True)
             from skyd.models.precheck import precheck
 
-            precheck(dag)  # what launch refuses before anything exists
+            precheck(dag, base)  # what launch refuses before anything exists
         except InvalidSpecError as e:
             for w in caught:  # e.g. duplicate keys: worth seeing next to the errors
                 sys.stderr.write(f"warning: {w.message}\n")

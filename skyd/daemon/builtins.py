@@ -106,7 +106,7 @@ async def validate(ctx: ReadContext, request: web.Request) -> Any:
             )
             from skyd.models.precheck import precheck
 
-            precheck(dag)  # the launch's own precheck (skyd.models.precheck)
+            precheck(dag, body.get("base_dir"))  # the launch's own precheck
             normalized = dag.to_normalized()
             msgs = task_warnings(dag)
         both = [str(w.message) for w in caught] + msgs

@@ -43,8 +43,10 @@ def _path_problem(path: str, *, want_dir: bool) -> str | None:
     return None
 
 
-def task_problems(task: Any, prefix: str = "") -> list[InvalidSpecError]:
-    """Every precheck mistake of one task (``prefix``: e.g. ``tasks[1].``)."""
+def task_problems(task: Any, prefix: str = "", base_dir: str | None = None
+                  ) -> list[InvalidSpecError]:
+    """Every precheck mistake of one task (``prefix``: e.g. ``tasks[1].``; ``base_dir``:
+    where relative paths the loader keeps as written -- service TLS files -- resolve)."""
     from skyd.models.task import WorkdirGit
 
     unresolved = list(task.required_envs())
@@ -87,21 +89,33 @@ def task_problems(task: Any, prefix: str = "") -> list[InvalidSpecError]:
             if why is not None:
                 err(f"{field}.source", f"local source {m.local_source[:200]!r} {why}",
                     "fix the path (relative paths are relative to the task YAML)")
+    tls = getattr(getattr(task, "service", None), "tls", None)
+    for key in ("keyfile", "certfile") if tls is not None else ():
+        path = str(getattr(tls, key))
+        if _unresolved(path, unresolved):
+            continue
+        full = os.path.expanduser(path)
+        if not os.path.isabs(full) and base_dir is not None:
+            full = os.path.join(base_dir, full)
+        if os.path.isabs(full) and not os.path.isfile(full):
+            err(f"service.tls.{key}", f"service.tls.{key} {path[:200]!r}: no such file",
+                "give the path of a PEM file")
     return errors
 
 
-def dag_problems(dag: Any) -> list[InvalidSpecError]:
+def dag_problems(dag: Any, base_dir: str | None = None) -> list[InvalidSpecError]:
     tasks = list(getattr(dag, "tasks", None) or [dag])
     multi = len(tasks) > 1
     out: list[InvalidSpecError] = []
     for i, t in enumerate(tasks):
-        out.extend(task_problems(t, f"tasks[{i}]." if multi else ""))
+        out.extend(task_problems(t, f"tasks[{i}]." if multi else "", base_dir))
     return out
 
 
-def precheck(dag: Any) -> None:
+def precheck(dag: Any, base_dir: str | os.PathLike[str] | None = None) -> None:
     """Raise every precheck mistake of ``dag`` (a Dag or one Task) at once: one
-    InvalidSpecError, or InvalidSpecErrors (exit 2, HTTP 400)."""
-    errors = dag_problems(dag)
+    InvalidSpecError, or InvalidSpecErrors (exit 2, HTTP 400). ``base_dir``: the directory
+    of the task YAML."""
+    errors = dag_problems(dag, None if base_dir is None else str(base_dir))
     if errors:
         raise combine(errors)

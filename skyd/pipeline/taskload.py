@@ -89,7 +89,7 @@ def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True) -> 
     if precheck:
         from skyd.models.precheck import precheck as run_precheck
 
-        run_precheck(dag)
+        run_precheck(dag, payload.get("base_dir"))
     return dag
 
 
