@@ -212,8 +212,12 @@ def test_overrides_and_secrets_are_checked(env: Env, base: Path) -> None:
                                ({"1A": "x"}, "env")):
             status, resp = api("POST", f"/v1/requests/{verb}", {**body, "env": env_bad})
             assert status == 400 and resp["error"]["field"] == named, (verb, env_bad, resp)
-    status, resp = api("POST", "/v1/requests/launch", {**ok, "overrides": {"num_nodes": True}})
-    assert status == 400 and resp["error"]["field"] == "--num-nodes", resp
+    for ov, named in (({"num_nodes": True}, "--num-nodes"), ({"workdir": 5}, "--workdir"),
+                      ({"workdir": ""}, "--workdir"), ({"workdir": str(base / "nope")}, "workdir"),
+                      ({"cpus": "1e300"}, "--cpus"), ({"ports": "1-65535"}, "--ports"),
+                      ({"gpus": "A100:nan"}, "--gpus")):
+        status, resp = api("POST", "/v1/requests/launch", {**ok, "overrides": ov})
+        assert status == 400 and resp["error"]["field"] == named, (ov, resp)
     status, resp = api("POST", "/v1/requests/jobs.launch",
                        {"command": "echo", "base_dir": str(base), "secrets": {"T": 5}})
     assert status == 400 and resp["error"]["field"] == "secrets.T", resp

@@ -47,6 +47,10 @@ def check_overrides(overrides: Any) -> dict[str, Any]:
             raise InvalidSpecError(
                 f"unknown override {str(k)[:64]!r}", field=f"overrides.{str(k)[:64]}",
                 hint=(f"did you mean {s!r}? " if s else "") + "known: " + ", ".join(OVERRIDE_KEYS))
+    wd = overrides.get("workdir")
+    if wd is not None and (not isinstance(wd, str) or not wd.strip()):
+        raise InvalidSpecError(f"--workdir must be a path, got {str(wd)[:40]!r}",
+                               field="--workdir", hint="give a local directory")
     return overrides
 
 
