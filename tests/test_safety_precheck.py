@@ -116,8 +116,8 @@ def test_every_mistake_at_once(base: Path, capsys: pytest.CaptureFixture[str]) -
                                "run: x\n")
     assert main(["validate", str(y)]) == 2
     err = capsys.readouterr().err
-    for f in ("workdir", "file_mounts./a", "file_mounts./b"):
-        assert f"error: {f}:" in err, err
+    for f, line in (("workdir", 1), ("file_mounts./a", 3), ("file_mounts./b", 4)):
+        assert f"error: {f}:" in err and f"(line {line})\n" in err, err
 
 
 def test_duplicate_keys_warn(base: Path, capsys: pytest.CaptureFixture[str]) -> None:

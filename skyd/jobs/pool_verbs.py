@@ -59,6 +59,16 @@ async def check_pool_apply(payload: dict[str, Any]) -> None:
     check_name(worker_name(name, max(n - 1, 0)), kind="pool worker cluster", field="pool")
 
 
+async def check_pool_down(payload: dict[str, Any]) -> None:
+    names = payload.get("names")
+    if names is not None and (not isinstance(names, list)
+                              or not all(isinstance(n, str) and n for n in names)):
+        raise InvalidSpecError("names must be a list of pool names", field="names",
+                               hint="skyd jobs pool down NAME | -a")  # fmt: skip
+    if payload.get("all") is not None and not isinstance(payload["all"], bool):
+        raise InvalidSpecError("all must be true or false", field="all")
+
+
 async def pool_apply(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     m = _manager()
     name = str(payload["name"])
@@ -140,6 +150,6 @@ async def pool_logs(ctx: ReadContext, request: web.Request) -> Any:
 
 
 register_verb("jobs.pool_apply", pool_apply, check=check_pool_apply)
-register_verb("jobs.pool_down", pool_down)
+register_verb("jobs.pool_down", pool_down, check=check_pool_down)
 register_read("GET", "/v1/pools", pool_status)
 register_read("GET", "/v1/pools/{name}/logs", pool_logs)

@@ -30,7 +30,7 @@ from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
 from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
-from skyd.models.task import Task, _str_scalars, note_load_warnings
+from skyd.models.task import Task, _str_scalars, note_load
 
 # SkyPilot's top-level task keys (utils/schemas.py get_task_schema) + skyd's estimated_runtime.
 TASK_KEYS: tuple[str, ...] = (
@@ -392,7 +392,7 @@ def _load_dag(
             errors.append(e)
             continue
         dups: Any = lm.get(_DUPS)
-        note_load_warnings(task, list(dups or ()))
+        note_load(task, list(dups or ()), lm)
         if group:
             _check_group_task(task, i, [t.name for t in tasks], prefix, lm, errors)
         tasks.append(task)

@@ -47,13 +47,27 @@ def task_problems(task: Any, prefix: str = "", base_dir: str | None = None
                   ) -> list[InvalidSpecError]:
     """Every precheck mistake of one task (``prefix``: e.g. ``tasks[1].``; ``base_dir``:
     where relative paths the loader keeps as written -- service TLS files -- resolve)."""
-    from skyd.models.task import WorkdirGit
+    from skyd.models._errors import line_for
+    from skyd.models.task import WorkdirGit, load_lines
 
     unresolved = list(task.required_envs())
     errors: list[InvalidSpecError] = []
+    lines = load_lines(task)
+
+    def line(field: str) -> int | None:
+        """The YAML line of ``file_mounts./d.name``-like fields (destinations hold dots
+        and slashes: matched against the task's own destinations)."""
+        head, _, rest = field.partition(".")
+        if head == "file_mounts":
+            for dst in task.file_mounts or {}:
+                if rest == dst or rest.startswith(dst + "."):
+                    sub = rest[len(dst) + 1:]
+                    return line_for(("file_mounts", dst, *([sub] if sub else [])), lines)
+        return line_for(tuple(field.split(".")), lines)
 
     def err(field: str, msg: str, hint: str) -> None:
-        errors.append(InvalidSpecError(msg, field=prefix + field, hint=hint))
+        errors.append(InvalidSpecError(msg, field=prefix + field, hint=hint,
+                                       line=line(field)))
 
     wd = task.workdir
     if isinstance(wd, WorkdirGit):
@@ -81,6 +95,7 @@ def task_problems(task: Any, prefix: str = "", base_dir: str | None = None
         try:
             m = buckets.plan_one(dst, fm)
         except InvalidSpecError as e:
+            e.line = line(e.field or field)
             e.field = prefix + (e.field or field)
             errors.append(e)
             continue

@@ -48,21 +48,29 @@ def registered_task_validators() -> list[TaskValidator]:
     return list(_VALIDATORS)
 
 
-# Warnings found while loading a task (duplicate YAML keys), by task object: Task.validate()
-# returns them first, so every entry point that shows a task's warnings shows them.
-_LOAD_NOTES: dict[int, list[str]] = {}
+# What the loader learnt about a task that is not part of it, by task object: the warnings
+# found while loading (duplicate YAML keys; Task.validate() returns them first, so every
+# entry point that shows a task's warnings shows them) and the YAML's line map (so later
+# checks -- skyd.models.precheck -- can name a line). Carried over by with_overrides.
+_LOAD_NOTES: dict[int, tuple[list[str], Any]] = {}
 
 
-def note_load_warnings(task: Task, msgs: list[str]) -> None:
-    if not msgs:
+def note_load(task: Task, msgs: list[str], lines: Any = None) -> None:
+    if not msgs and not lines:
         return
     key = id(task)
-    _LOAD_NOTES[key] = list(msgs)
-    weakref.finalize(task, _LOAD_NOTES.pop, key, None)
+    if key not in _LOAD_NOTES:
+        weakref.finalize(task, _LOAD_NOTES.pop, key, None)
+    _LOAD_NOTES[key] = (list(msgs), lines)
 
 
 def load_warnings(task: Task) -> list[str]:
-    return list(_LOAD_NOTES.get(id(task), ()))
+    return list(_LOAD_NOTES.get(id(task), ((), None))[0])
+
+
+def load_lines(task: Task) -> Any:
+    """The YAML line map of the task's document (field path -> line), or None."""
+    return _LOAD_NOTES.get(id(task), ((), None))[1]
 
 
 def _str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
@@ -294,7 +302,7 @@ class Task(SpecModel):
             updates["workdir"] = resolve_local(workdir, base_dir or Path(os.getcwd()))
         try:
             new_task = self._rebuild(**updates)
-            note_load_warnings(new_task, load_warnings(self))
+            note_load(new_task, load_warnings(self), load_lines(self))
             return new_task
         except ValidationError as e:
             err = convert_validation_error(e)
