@@ -137,8 +137,14 @@ def test_every_bound_is_documented() -> None:
 # -- every entry point: validate, CLI launch, HTTP API, SDK -----------------------------
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    import skyd.cli.client as cli_client
+
     with module_env(tmp_path_factory) as e:
-        yield e
+        cli_client._client = None  # the in-process CLI's client: this module's daemon
+        try:
+            yield e
+        finally:
+            cli_client._client = None
 
 
 def _launches() -> list[dict[str, Any]]:

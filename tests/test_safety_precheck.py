@@ -135,8 +135,14 @@ def test_duplicate_keys_warn(base: Path, capsys: pytest.CaptureFixture[str]) -> 
 # -- every entry point ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    import skyd.cli.client as cli_client
+
     with module_env(tmp_path_factory) as e:
-        yield e
+        cli_client._client = None  # the in-process CLI's client: this module's daemon
+        try:
+            yield e
+        finally:
+            cli_client._client = None
 
 
 # The CLI and the SDK go through the same submit check as the HTTP API: every case goes

@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from skyd.errors import InvalidSpecError
@@ -54,9 +61,18 @@ class SpecModel(BaseModel):
     def _unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
             check_keys(data, list(cls.model_fields) + list(cls._extra_keys), cls._what)
-            if cls._bounds:
-                data = check_bounds(data, cls._bounds)
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
+        """A field named in ``_bounds``: checked per field, so every bad number of a
+        mapping is reported at once."""
+        key = cls._bounds.get(info.field_name or "")
+        if key is None or v is None:
+            return v
+        return check_bounds({info.field_name: v}, {str(info.field_name): key},
+                            at_field=True)[info.field_name]
 
 
 class JobRecovery(SpecModel):

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import model_validator
 from pydantic_core import PydanticCustomError
 
+from skyd import bounds
 from skyd.models._errors import check_bounds, fail
 from skyd.models.resources import SpecModel
 
@@ -74,7 +75,6 @@ class ReplicaPolicy(SpecModel):
     def _per_accelerator(cls, data: Any) -> Any:
         """target_qps_per_replica: a number, or {ACCELERATOR[:COUNT]: qps} with known names;
         each qps within the bounds table."""
-        from skyd import bounds
         from skyd.models.accelerators import lookup_accelerator, suggest_accelerators
 
         if not isinstance(data, dict):
@@ -167,7 +167,6 @@ class ServiceSpec(SpecModel):
         if not isinstance(data, dict):
             fail("service must be a mapping", "e.g. service: {readiness_probe: /health, replicas: 2}")
         d = dict(data)
-        d = check_bounds(d, cls._bounds)  # before replicas: is copied into the policy
         if isinstance(d.get("pool"), dict):  # kept as written; its counts are bounded too
             try:
                 d["pool"] = check_bounds(d["pool"], PoolSpec._bounds)
@@ -176,7 +175,8 @@ class ServiceSpec(SpecModel):
                 fail(str(ctx.get("msg")), ctx.get("hint"), sub=("pool", *(ctx.get("sub") or ())))
         reps = d.get("replicas")
         pol = d.get("replica_policy")
-        if reps is not None:
+        if reps is not None and bounds.problem(reps, "replicas") is None:  # else: its field
+            reps = bounds.normalize(reps, "replicas")
             if isinstance(pol, dict):
                 if pol.get("min_replicas", reps) != reps or pol.get("max_replicas") not in (None, reps):
                     fail("give either replicas: or replica_policy:, not both",
@@ -221,8 +221,9 @@ class PoolSpec(SpecModel):
             data = {"workers": data}
         if not isinstance(data, dict):
             fail("pool must be a mapping", "e.g. pool: {workers: 2}")
-        data = check_bounds(data, cls._bounds)
-        lo, hi = data.get("min_workers"), data.get("max_workers")
-        if isinstance(lo, int) and isinstance(hi, int) and hi < lo:
+        lo: Any = data.get("min_workers")
+        hi: Any = data.get("max_workers")
+        if (bounds.problem(lo, "workers") is None and bounds.problem(hi, "workers") is None
+                and hi < lo):
             fail(f"max_workers ({hi}) < min_workers ({lo})", sub=("max_workers",))
         return data
