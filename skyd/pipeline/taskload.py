@@ -89,7 +89,8 @@ def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True) -> 
     dag = _load(payload)
     ov = check_overrides(payload.get("overrides"))
     if ov:
-        dag.tasks = [apply_overrides(t, ov) for t in dag.tasks]
+        base = payload.get("base_dir")
+        dag.tasks = [apply_overrides(t, ov, Path(base) if base else None) for t in dag.tasks]
     if precheck:
         from skyd.models.precheck import precheck as run_precheck
 
@@ -118,12 +119,16 @@ def _load(payload: dict[str, Any]) -> Any:
                     task_secrets=list(payload.get("_task_secrets") or ()))
 
 
-def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:
+def apply_overrides(task: Any, overrides: dict[str, Any] | None,
+                    base_dir: Path | None = None) -> Any:
     """``task`` with CLI overrides applied (idempotent: applying them again changes
-    nothing, so a caller that re-applies the payload's overrides is harmless)."""
+    nothing, so a caller that re-applies the payload's overrides is harmless). A relative
+    ``workdir`` resolves against ``base_dir`` (the payload's), else the daemon's cwd."""
     if not overrides:
         return task
     kw = {k: v for k, v in check_overrides(overrides).items() if v is not None}
+    if base_dir is not None and "workdir" in kw:
+        kw["base_dir"] = base_dir
     return task.with_overrides(**kw) if kw else task
 
 
