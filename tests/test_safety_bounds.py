@@ -255,6 +255,23 @@ def test_cli_flags_exit_2(env: Env, tmp_path: Path, argv: list[str],
     assert named in err.replace("-", "_"), (argv, err)
 
 
+def test_num_nodes_against_the_infra_at_every_verb(env: Env, tmp_path: Path) -> None:
+    """What the infra can hold (local: a few nodes) is checked by every verb that makes
+    clusters of a task: launch, jobs launch, serve up (per replica), pool apply (per
+    worker)."""
+    from skyd.clouds.local import local_max_nodes
+
+    n = local_max_nodes() + 1
+    text = f"num_nodes: {n}\nresources:\n  infra: local\nrun: echo\n"
+    for verb, extra, more in (("launch", {"cluster_name": "bnd"}, ""), ("jobs.launch", {}, ""),
+                              ("serve.up", {"name": "bnd-svc"}, SVC),
+                              ("jobs.pool_apply", {"name": "bnd-pool"}, "pool:\n  workers: 1\n")):
+        body = {"yaml": text + more, "base_dir": str(tmp_path), **extra}
+        status, resp = api("POST", f"/v1/requests/{verb}", body)
+        assert status == 400 and resp["error"]["field"] == "num_nodes", (verb, status, resp)
+        assert f"at most {n - 1}" in resp["error"]["message"], resp
+
+
 def test_nothing_was_created(env: Env) -> None:
     """Every refusal above left no request, no job, no pool and no cluster behind."""
     assert _launches() == []

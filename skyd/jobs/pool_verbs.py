@@ -33,6 +33,9 @@ def _load_task(payload: dict[str, Any]) -> dict[str, Any]:
     if len(dag.tasks) != 1:
         raise InvalidSpecError("a pool YAML is one task (resources, setup, file_mounts)",
                                field="pool", hint="drop the other documents")  # fmt: skip
+    from skyd.pipeline.checks import capacity
+
+    capacity(list(dag.tasks))  # num_nodes per worker against what the infras can hold
     task: dict[str, Any] = dag.tasks[0].to_normalized()
     return task
 
