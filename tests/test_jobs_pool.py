@@ -74,7 +74,7 @@ def test_pool_mistakes(env: Env, tmp_path: Path) -> None:
     assert len(env.json("jobs", "queue")) == before  # nothing submitted
     pool = write(tmp_path / "pool.yaml", "setup: echo x\n")
     r = cli("jobs", "pool", "apply", str(pool), "-p", "p2", "--workers", "-1")
-    assert r.returncode != 0 and "workers must be >= 0" in r.stderr
+    assert r.returncode != 0 and "workers must be an integer >= 0" in r.stderr
     r = cli("jobs", "pool", "down", "nopool", "-y")
     assert r.returncode != 0 and "no worker pool 'nopool'" in r.stderr
     assert env.json("status") == []

@@ -18,7 +18,7 @@ def test_pool_section_loads_unchanged() -> None:
 
 
 @pytest.mark.parametrize(("pool", "msg"), [
-    ({"workers": -1}, "workers must be >= 0"),
+    ({"workers": -1}, "workers must be an integer >= 0"),
     ({"min_workers": 3, "max_workers": 1}, r"max_workers \(1\) < min_workers \(3\)"),
     ({"wokers": 2}, "unknown field 'wokers'"),
 ])
@@ -35,4 +35,4 @@ def test_pool_verbs_need_their_arguments(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["jobs", "pool", "down"]) != 0
     assert "skyd jobs pool down NAME | -a" in capsys.readouterr().err
     assert main(["jobs", "pool", "apply", "x.yaml", "-p", "p1", "--workers", "-2"]) != 0
-    assert "--workers must be >= 0" in capsys.readouterr().err
+    assert "--workers must be an integer >= 0" in capsys.readouterr().err

@@ -58,10 +58,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import anyio
 
+    from skyd import bounds
     from skyd.cli.output import print_json
     from skyd.clouds.ssh.check import check_pool
     from skyd.clouds.ssh.pools import get_pool
 
+    bounds.check(args.timeout, "connect_timeout", "--timeout")
     pool = get_pool(args.pool)
     reports = anyio.run(lambda: check_pool(pool, timeout=args.timeout))
     if args.output == "json":

@@ -77,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             dag = load_dag(path, text=text, env_overrides=env, base_dir=Path(base),
                            allow_missing_env=True)
+            from skyd.models.precheck import precheck
+
+            precheck(dag, base)  # what launch refuses before anything exists
         except InvalidSpecError as e:
+            for w in caught:  # e.g. duplicate keys: worth seeing next to the errors
+                sys.stderr.write(f"warning: {w.message}\n")
             return _report_errors(e, args.output == "json")
         normalized = dag.to_normalized()
         msgs = [str(w.message) for w in caught]
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                         if k in t.secrets else
                         f"env {k} has no value: give it at launch with --env {k}=VALUE"
                         for k in t.required_envs())
-    for m in msgs:
+    for m in dict.fromkeys(msgs):  # a load warning is both caught and the task's
         sys.stderr.write(f"warning: {m}\n")
     if args.output == "json":
         from skyd.cli.output import print_json

@@ -62,8 +62,10 @@ class VersionResponse(BaseModel):
 
 class SleepBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    seconds: float = Field(1.0, ge=0, le=86400)
-    log_every: float = Field(0.1, gt=0, description="seconds between log lines")
+    # strict: a bool or a string is not a number of seconds; NaN/inf fail the bounds
+    seconds: float = Field(1.0, ge=0, le=86400, strict=True, allow_inf_nan=False)
+    log_every: float = Field(0.1, gt=0, le=3600, strict=True, allow_inf_nan=False,
+                             description="seconds between log lines")
     fail: str | None = Field(None, description="raise a SkydError with this message at the end")
 
 

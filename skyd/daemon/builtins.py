@@ -104,9 +104,13 @@ async def validate(ctx: ReadContext, request: web.Request) -> Any:
                 env_overrides=body.get("env") or {}, base_dir=Path(body.get("base_dir") or os.getcwd()),
                 allow_missing_env=True,
             )
+            from skyd.models.precheck import precheck
+
+            precheck(dag, body.get("base_dir"))  # the launch's own precheck
             normalized = dag.to_normalized()
             msgs = task_warnings(dag)
-        return {"dag": normalized, "warnings": [str(w.message) for w in caught] + msgs}
+        both = [str(w.message) for w in caught] + msgs
+        return {"dag": normalized, "warnings": list(dict.fromkeys(both))}
 
     return await anyio.to_thread.run_sync(run)
 

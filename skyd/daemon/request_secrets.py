@@ -38,8 +38,9 @@ def _overrides(raw: Any) -> dict[str, str]:
         if not isinstance(k, str) or not _NAME_RE.match(k):
             raise InvalidSpecError(f"{str(k)[:64]!r} is not a valid secret name",
                                    field="secrets", hint="names match [A-Za-z_][A-Za-z0-9_]*")
-        if not isinstance(v, str | int | float) or isinstance(v, bool):
-            raise InvalidSpecError(f"secret {k} needs a string value", field=f"secrets.{k}",
+        if not isinstance(v, str):  # a number or a bool is a mistake, as in `env`
+            raise InvalidSpecError(f"secret {k} needs a string value, got {type(v).__name__}",
+                                   field=f"secrets.{k}",
                                    hint=f"--secret {k}=VALUE, or --secret {k} to take it from "
                                         "your environment")
         out[k] = str(v)

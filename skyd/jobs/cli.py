@@ -86,13 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_pool_apply(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from skyd import bounds
     from skyd.cli.client import get_client
     from skyd.cli.progress import follow_request
-    from skyd.errors import InvalidSpecError
     from skyd.sdk.payloads import read_task_file
 
-    if args.workers is not None and args.workers < 0:
-        raise InvalidSpecError(f"--workers must be >= 0 (got {args.workers})", field="--workers")
+    bounds.check(args.workers, "workers", "--workers")
     path = Path(args.yaml)
     payload = {"name": args.pool, "workers": args.workers, "env": _envs(args.env),
                "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
@@ -171,8 +170,12 @@ def _envs(items: list[str]) -> dict[str, str]:
 def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
+    from skyd import bounds
     from skyd.cli.secret_flags import collect_secrets
     from skyd.sdk.payloads import catalog_dir, job_name, read_task_file
+
+    bounds.check(args.priority, "priority", "--priority")
+    bounds.check(getattr(args, "num_jobs", None), "num_jobs", "--num-jobs")
 
     payload: dict[str, Any] = {
         "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),

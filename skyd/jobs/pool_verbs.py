@@ -33,6 +33,9 @@ def _load_task(payload: dict[str, Any]) -> dict[str, Any]:
     if len(dag.tasks) != 1:
         raise InvalidSpecError("a pool YAML is one task (resources, setup, file_mounts)",
                                field="pool", hint="drop the other documents")  # fmt: skip
+    from skyd.pipeline.checks import capacity
+
+    capacity(list(dag.tasks))  # num_nodes per worker against what the infras can hold
     task: dict[str, Any] = dag.tasks[0].to_normalized()
     return task
 
@@ -44,10 +47,10 @@ def _workers(payload: dict[str, Any], task: dict[str, Any]) -> int:
     if w is None:
         raise InvalidSpecError("how many workers?", field="pool.workers",
                                hint="set pool: {workers: N} in the YAML or pass --workers N")  # fmt: skip
-    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-        raise InvalidSpecError(f"workers must be >= 0 (got {w!r})", field="pool.workers",
-                               hint="give --workers N with N >= 0")  # fmt: skip
-    return w
+    from skyd import bounds
+
+    field = "workers" if payload.get("workers") is not None else "pool.workers"
+    return int(bounds.check(w, "workers", field) or 0)
 
 
 async def check_pool_apply(payload: dict[str, Any]) -> None:
@@ -57,6 +60,16 @@ async def check_pool_apply(payload: dict[str, Any]) -> None:
     task = await anyio.to_thread.run_sync(_load_task, payload)
     n = _workers(payload, task)
     check_name(worker_name(name, max(n - 1, 0)), kind="pool worker cluster", field="pool")
+
+
+async def check_pool_down(payload: dict[str, Any]) -> None:
+    names = payload.get("names")
+    if names is not None and (not isinstance(names, list)
+                              or not all(isinstance(n, str) and n for n in names)):
+        raise InvalidSpecError("names must be a list of pool names", field="names",
+                               hint="skyd jobs pool down NAME | -a")  # fmt: skip
+    if payload.get("all") is not None and not isinstance(payload["all"], bool):
+        raise InvalidSpecError("all must be true or false", field="all")
 
 
 async def pool_apply(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +153,6 @@ async def pool_logs(ctx: ReadContext, request: web.Request) -> Any:
 
 
 register_verb("jobs.pool_apply", pool_apply, check=check_pool_apply)
-register_verb("jobs.pool_down", pool_down)
+register_verb("jobs.pool_down", pool_down, check=check_pool_down)
 register_read("GET", "/v1/pools", pool_status)
 register_read("GET", "/v1/pools/{name}/logs", pool_logs)

@@ -146,12 +146,19 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
 
 async def check_jobs_launch(payload: dict[str, Any]) -> None:
     """Submit-time check: the job's name (``-n``, else the YAML's), numbers, the task."""
-    from skyd.daemon.http import MAX_ID, number
+    from skyd import bounds
     from skyd.names import check_optional_name
 
     check_optional_name(payload.get("name"), kind="managed job", field="name")
-    number(payload.get("priority"), "priority", lo=-MAX_ID, hi=MAX_ID, integer=True)
-    number(payload.get("num_jobs"), "num_jobs", lo=1, hi=10000, integer=True)
+    bounds.check(payload.get("priority"), "priority")
+    bounds.check(payload.get("num_jobs"), "num_jobs")
+    jr = payload.get("job_recovery")
+    if jr is not None and not (isinstance(jr, str) and 0 < len(jr) <= 64):
+        raise InvalidSpecError(f"job_recovery must be a strategy name, got {str(jr)[:40]!r}",
+                               field="job_recovery", hint="e.g. EAGER_NEXT_REGION or FAILOVER")
+    for key in ("retry_until_up", "detach_run"):
+        if payload.get(key) is not None and not isinstance(payload[key], bool):
+            raise InvalidSpecError(f"{key} must be true or false", field=key)
     if payload.get("pool") is not None:
         check_optional_name(payload["pool"], kind="pool", field="pool")
     cat = payload.get("catalog_dir")

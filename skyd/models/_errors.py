@@ -64,6 +64,25 @@ def check_keys(data: Any, allowed: Iterable[str], what: str) -> None:
             fail(f"unknown field '{k}' in {what}", hint, sub=(str(k),))
 
 
+def check_bounds(data: dict[Any, Any], fields: Mapping[str, str], *, at_field: bool = False
+                 ) -> dict[Any, Any]:
+    """Each present, non-null ``fields`` entry of ``data`` checked against the bounds table
+    (``skyd.bounds``): a copy of ``data`` with counts made ints, or ``fail()`` (at the
+    entry; ``at_field``: inside that field's own validator)."""
+    from skyd import bounds
+
+    out = dict(data)
+    for name, key in fields.items():
+        v = out.get(name)
+        if v is None:
+            continue
+        why = bounds.problem(v, key)
+        if why is not None:
+            fail(f"{name} {why}", bounds.hint(key), sub=() if at_field else (name,))
+        out[name] = bounds.normalize(v, key)
+    return out
+
+
 _TYPE_TAG = re.compile(r"[\[\]]|^(str|int|float|bool|none|dict|list|tuple|literal|union)$", re.I)
 
 

@@ -194,7 +194,7 @@ def accelerator_info(name: str) -> AcceleratorInfo:
 # ---------------------------------------------------------------------------- specs
 
 Count = int | float
-MAX_ACCELERATOR_COUNT = 1024  # per node
+MAX_ACCELERATOR_COUNT = 1024  # per node (skyd.bounds.BOUNDS['accelerator_count'])
 
 
 def _parse_count(raw: object, spec: object, field: str) -> Count:

@@ -30,7 +30,7 @@ from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
 from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
-from skyd.models.task import Task, _str_scalars
+from skyd.models.task import Task, _str_scalars, note_load
 
 # SkyPilot's top-level task keys (utils/schemas.py get_task_schema) + skyd's estimated_runtime.
 TASK_KEYS: tuple[str, ...] = (
@@ -108,7 +108,7 @@ def _check_bounds(text: str, source: str) -> None:
             stack[-1][1] += n
 
 
-def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
+def _line_map(node: yaml.Node | None, source: str = "<yaml>") -> dict[Path, Any]:
     """Field path -> 1-based line. Also records, under ``("\0raw",) + path``, the source
     text of plain scalars in envs/secrets (so ``LR: 1.5e-4`` stays "1.5e-4").
 
@@ -124,9 +124,19 @@ def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
                 return
             seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
+            first: dict[str, int] = {}
             for k, v in n.value:
                 key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
-                out[p + (key,)] = k.start_mark.line + 1
+                line = k.start_mark.line + 1
+                if key in first and key != "<<":
+                    # The last one wins, as in SkyPilot (PyYAML): a warning, not an error.
+                    msg = (f"{source}: duplicate key '{fmt_path(p + (key,))}' at line {line}"
+                           f" (first at line {first[key]}); the last one wins -- remove one"
+                           " of them")
+                    out.setdefault(_DUPS, []).append(msg)
+                    warnings.warn(msg, stacklevel=2)
+                first.setdefault(key, line)
+                out[p + (key,)] = line
                 if (len(p) == 1 and p[0] in ("envs", "secrets") and isinstance(v, yaml.ScalarNode)
                         and v.tag != "tag:yaml.org,2002:null"):
                     out[(_RAW,) + p + (key,)] = v.value
@@ -143,6 +153,7 @@ def _line_map(node: yaml.Node | None) -> dict[Path, Any]:
 
 
 _RAW = "\0raw"
+_DUPS: Path = ("\0duplicates",)  # line map entry: the duplicate-key warnings of the document
 
 
 def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
@@ -169,7 +180,7 @@ def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
             line=(mark.line + 1) if mark is not None else None,
             hint="check indentation, quoting and ':' spacing near that line",
         ) from None
-    return [(d, _line_map(n)) for d, n in zip(docs, nodes, strict=True)]
+    return [(d, _line_map(n, source)) for d, n in zip(docs, nodes, strict=True)]
 
 
 def _apply_overrides(base: dict[str, str | None], over: Mapping[str, str] | None
@@ -380,6 +391,8 @@ def _load_dag(
         except InvalidSpecError as e:
             errors.append(e)
             continue
+        dups: Any = lm.get(_DUPS)
+        note_load(task, list(dups or ()), lm)
         if group:
             _check_group_task(task, i, [t.name for t in tasks], prefix, lm, errors)
         tasks.append(task)

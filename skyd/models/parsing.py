@@ -10,6 +10,7 @@ import math
 import re
 from typing import Any
 
+from skyd import bounds
 from skyd.cloudnames import REGISTERED
 from skyd.models._errors import fail, suggest
 
@@ -117,8 +118,8 @@ def size_to_gib(value: Any, what: str) -> float:
     return _bounded(-v if neg else v, value, what, MAX_SIZE_GIB)
 
 
-MAX_SIZE_GIB = float(2**40)  # a thousand PiB: anything bigger is a typo
-MAX_DURATION_S = 10 * 365 * 86400  # ten years
+MAX_SIZE_GIB = bounds.BOUNDS["io_size"].hi  # 2^40 GB: anything bigger is a typo
+MAX_DURATION_S = bounds.TEN_YEARS_S
 
 
 def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
@@ -126,6 +127,15 @@ def _bounded(v: float, raw: Any, what: str, hi: float) -> float:
     if not math.isfinite(v) or abs(v) > hi:
         fail(f"{what} {raw!r} is out of range", f"give a finite value of at most {hi:g}")
     return v
+
+
+def _in_table(x: float, key: str, what: str, raw: Any) -> None:
+    """``x`` (already parsed from ``raw``) within skyd.bounds.BOUNDS[key]."""
+    b = bounds.BOUNDS[key]
+    if not b.lo <= x <= b.hi or (b.lo_open and x == b.lo):
+        shown = raw if isinstance(raw, str) else bounds.show(raw)
+        fail(f"{what} must be at most {b.hi:g} {b.unit}".rstrip() + f", got {shown}",
+             bounds.hint(key))
 
 
 def parse_cpus(value: Any) -> str:
@@ -141,6 +151,7 @@ def parse_cpus(value: Any) -> str:
         fail(f"bad cpus {value!r}", "write a number of vCPUs, optionally with '+' (at least), e.g. '4+'")
     if not x > 0 or math.isinf(x):
         fail(f"cpus must be positive, got {value!r}")
+    _in_table(x, "cpus", "cpus", value)
     return _fmt_num(x) + ("+" if plus else "")
 
 
@@ -161,6 +172,7 @@ def parse_memory(value: Any) -> str:
         x = size_to_gib(s, "memory")
     if not x > 0 or math.isinf(x):
         fail(f"memory must be positive, got {value!r}")
+    _in_table(x, "memory_per_cpu" if suffix == "x" else "memory", "memory", value)
     return _fmt_num(round(x, 4)) + suffix
 
 
@@ -171,6 +183,7 @@ def parse_disk_size(value: Any) -> int:
         fail(f"disk_size must be positive, got {value!r}", "e.g. disk_size: 256 (GB)")
     if not float(gib).is_integer():
         fail(f"disk_size must be a whole number of GB, got {value!r}", "e.g. '100GB' or '1TB'")
+    _in_table(gib, "disk_size", "disk_size", value)
     return int(gib)
 
 
@@ -178,7 +191,7 @@ def _one_port(p: Any) -> str:
     if isinstance(p, bool):
         fail(f"bad port {p!r}")
     s = str(p).strip()
-    m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", s)
+    m = re.fullmatch(r"([0-9]{1,6})(?:\s*-\s*([0-9]{1,6}))?", s)
     if not m:
         fail(f"bad port {p!r}", "write a port like 8080 or a range like '10000-10010'")
     lo = int(m.group(1))
@@ -193,6 +206,9 @@ def _one_port(p: Any) -> str:
 def parse_ports(value: Any) -> list[str] | None:
     if value is None:
         return None
+    if isinstance(value, dict | tuple | set):
+        fail(f"ports must be a port, a range or a list of them, got {type(value).__name__}",
+             "e.g. ports: 8080, ports: '10000-10010' or ports: [8080, 8443]")
     items = value if isinstance(value, list) else [value]
     out: list[str] = []
     for i, p in enumerate(items):
@@ -208,7 +224,26 @@ def parse_ports(value: Any) -> list[str] | None:
             raise
         if port not in out:
             out.append(port)
+    _port_count(out, value)
     return out
+
+
+def _port_count(ports: list[str], raw: Any) -> None:
+    """At most BOUNDS['ports'] ports in all (a range counts each of its ports)."""
+    seen: set[int] = set()
+    cap = int(bounds.BOUNDS["ports"].hi)
+    for p in ports:
+        lo, _, hi = p.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b - a + 1 > cap:  # without building a set of 65k ports
+            break
+        seen.update(range(a, b + 1))
+        if len(seen) > cap:
+            break
+    else:
+        return
+    fail(f"ports open more than {cap} ports ({raw!r})",
+         f"open only the ports the task serves on (at most {cap}), e.g. '8000-8010'")
 
 
 _DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)

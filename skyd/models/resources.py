@@ -6,17 +6,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from skyd.errors import InvalidSpecError
 from skyd.models import parsing
-from skyd.models._errors import check_keys, convert_validation_error, fail
+from skyd.models._errors import check_bounds, check_keys, convert_validation_error, fail
 from skyd.models.accelerators import Count, expand_accelerators
 
 DEFAULT_DISK_SIZE_GB = 256
 DEFAULT_AUTOSTOP_IDLE_MINUTES = 5
-MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
+MIN_PRIORITY, MAX_PRIORITY = -1000, 1000  # skyd.bounds.BOUNDS["priority"]
 DISK_TIERS = ("low", "medium", "high", "ultra", "best")
 NETWORK_TIERS = ("standard", "best")
 WAIT_FOR = ("jobs_and_ssh", "jobs", "none")
@@ -45,6 +52,9 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     _extra_keys: ClassVar[tuple[str, ...]] = ()
     _what: ClassVar[str] = "spec"
+    # field -> key of skyd.bounds.BOUNDS: checked (and a whole float made an int)
+    # before any other validation, so every number is bounded by the one table.
+    _bounds: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -53,11 +63,23 @@ class SpecModel(BaseModel):
             check_keys(data, list(cls.model_fields) + list(cls._extra_keys), cls._what)
         return data
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any, info: ValidationInfo) -> Any:
+        """A field named in ``_bounds``: checked per field, so every bad number of a
+        mapping is reported at once."""
+        key = cls._bounds.get(info.field_name or "")
+        if key is None or v is None:
+            return v
+        return check_bounds({info.field_name: v}, {str(info.field_name): key},
+                            at_field=True)[info.field_name]
+
 
 class JobRecovery(SpecModel):
     """Managed-job recovery: strategy name (upper-cased), restarts on user errors."""
 
     _what: ClassVar[str] = "job_recovery"
+    _bounds: ClassVar[dict[str, str]] = {"max_restarts_on_errors": "max_restarts_on_errors"}
     strategy: str | None = None
     max_restarts_on_errors: int = 0
     recover_on_exit_codes: list[int] = []
@@ -80,13 +102,6 @@ class JobRecovery(SpecModel):
             return v or None
         return v
 
-    @field_validator("max_restarts_on_errors", mode="before")
-    @classmethod
-    def _restarts(cls, v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            fail(f"max_restarts_on_errors must be an integer >= 0, got {v!r}")
-        return v
-
     @field_validator("recover_on_exit_codes", mode="before")
     @classmethod
     def _codes(cls, v: Any) -> Any:
@@ -106,6 +121,7 @@ class Autostop(SpecModel):
     """Stop (or tear down) a cluster after it has been idle for ``idle_minutes``."""
 
     _what: ClassVar[str] = "autostop"
+    _bounds: ClassVar[dict[str, str]] = {"hook_timeout": "hook_timeout"}
     enabled: bool = True
     idle_minutes: int = DEFAULT_AUTOSTOP_IDLE_MINUTES
     down: bool = False
@@ -128,18 +144,22 @@ class Autostop(SpecModel):
                 if d["wait_for"] not in WAIT_FOR:
                     fail(f"bad wait_for {data['wait_for']!r}", f"one of {', '.join(WAIT_FOR)}",
                          sub=("wait_for",))
-            if "idle_minutes" in d and not isinstance(d["idle_minutes"], bool):
+            if "idle_minutes" in d:
                 im = d["idle_minutes"]
+                if isinstance(im, bool):
+                    fail(f"idle_minutes must be a number of minutes, got {im!r}",
+                         "e.g. idle_minutes: 30 (or autostop: false to turn it off)",
+                         sub=("idle_minutes",))
+                if isinstance(im, float) and im.is_integer():
+                    im = int(im)
                 if isinstance(im, str):
-                    im = int(round(parsing.parse_duration(im, default_unit="m",
-                                                          what="idle_minutes") / 60))
+                    with _at("idle_minutes"):
+                        im = int(round(parsing.parse_duration(im, default_unit="m",
+                                                              what="idle_minutes") / 60))
                 if not isinstance(im, int) or not 0 <= im <= parsing.MAX_DURATION_S // 60:
                     fail(f"idle_minutes must be an integer in 0..{parsing.MAX_DURATION_S // 60},"
                          f" got {im!r}", sub=("idle_minutes",))
                 d["idle_minutes"] = im
-            if d.get("hook_timeout") is not None and (
-                    not isinstance(d["hook_timeout"], int) or d["hook_timeout"] < 1):
-                fail("hook_timeout must be an integer >= 1", sub=("hook_timeout",))
             return d
         fail("autostop must be true/false, minutes, a duration like '5h', or a mapping")
 
@@ -158,6 +178,8 @@ class Resources(SpecModel):
     """
 
     _what: ClassVar[str] = "resources"
+    _bounds: ClassVar[dict[str, str]] = {"priority": "priority",
+                                         "max_hourly_cost": "max_hourly_cost"}
     _extra_keys: ClassVar[tuple[str, ...]] = (
         "infra", "ephemeral_storage", "_no_missing_accel_warnings", "_docker_login_config",
         "_is_image_managed", "_requires_fuse", "_cluster_config_overrides",
@@ -311,23 +333,6 @@ class Resources(SpecModel):
             return {str(k): str(val) for k, val in v.items()}
         if v is not None and not isinstance(v, str):
             fail(f"image_id must be a string or a mapping, got {v!r}")
-        return v
-
-    @field_validator("priority", mode="before")
-    @classmethod
-    def _prio(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int) or not MIN_PRIORITY <= v <= MAX_PRIORITY:
-            fail(f"priority must be an integer in {MIN_PRIORITY}..{MAX_PRIORITY}, got {v!r}")
-        return v
-
-    @field_validator("max_hourly_cost", mode="before")
-    @classmethod
-    def _cost(cls, v: Any) -> Any:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
-                              or not 0 < v < float("inf")):
-            fail(f"max_hourly_cost must be a positive number, got {v!r}")
         return v
 
     @model_validator(mode="after")

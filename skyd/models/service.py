@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from pydantic import model_validator
+from pydantic_core import PydanticCustomError
 
-from skyd.models._errors import fail
+from skyd import bounds
+from skyd.models._errors import check_bounds, fail
 from skyd.models.resources import SpecModel
 
 DEFAULT_INITIAL_DELAY_SECONDS = 1200
@@ -19,6 +21,12 @@ DEFAULT_LB_POLICY = "least_load"
 
 class ReadinessProbe(SpecModel):
     _what: ClassVar[str] = "readiness_probe"
+    _bounds: ClassVar[dict[str, str]] = {
+        "initial_delay_seconds": "initial_delay_seconds",
+        "timeout_seconds": "probe_timeout_seconds",
+        "endpoint_probe_interval_seconds": "probe_interval_seconds",
+        "consecutive_failure_threshold_timeout": "failure_timeout_seconds",
+    }
     path: str = "/"
     initial_delay_seconds: int | float = DEFAULT_INITIAL_DELAY_SECONDS
     timeout_seconds: int | float = DEFAULT_PROBE_TIMEOUT_SECONDS
@@ -38,15 +46,18 @@ class ReadinessProbe(SpecModel):
         if isinstance(p, str) and not p.startswith("/"):
             fail(f"readiness_probe path must start with '/', got {p!r}", f"write '/{p}'",
                  sub=("path",))
-        for k in ("initial_delay_seconds", "timeout_seconds"):
-            v = data.get(k)
-            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
-                fail(f"{k} must not be negative", sub=(k,))
         return data
 
 
 class ReplicaPolicy(SpecModel):
     _what: ClassVar[str] = "replica_policy"
+    _bounds: ClassVar[dict[str, str]] = {
+        "min_replicas": "replicas", "max_replicas": "replicas",
+        "num_overprovision": "replicas", "base_ondemand_fallback_replicas": "replicas",
+        "target_queue_length_per_replica": "target_queue_length_per_replica",
+        "upscale_delay_seconds": "scale_delay_seconds",
+        "downscale_delay_seconds": "scale_delay_seconds",
+    }
     min_replicas: int = 1
     max_replicas: int | None = None
     target_qps_per_replica: int | float | dict[str, int | float] | None = None
@@ -61,23 +72,22 @@ class ReplicaPolicy(SpecModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _neg(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for k in ("min_replicas", "max_replicas", "num_overprovision",
-                      "base_ondemand_fallback_replicas"):
-                v = data.get(k)
-                if isinstance(v, int) and not isinstance(v, bool) and v < 0:
-                    fail(f"{k} must be >= 0, got {v}", sub=(k,))
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
     def _per_accelerator(cls, data: Any) -> Any:
-        """target_qps_per_replica as {ACCELERATOR[:COUNT]: qps}: known names, qps > 0."""
+        """target_qps_per_replica: a number, or {ACCELERATOR[:COUNT]: qps} with known names;
+        each qps within the bounds table."""
         from skyd.models.accelerators import lookup_accelerator, suggest_accelerators
 
-        tq = data.get("target_qps_per_replica") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            fail("replica_policy must be a mapping", "e.g. {min_replicas: 1, max_replicas: 3,"
+                 " target_qps_per_replica: 2.5}")
+        tq = data.get("target_qps_per_replica")
+        if tq is None:
+            return data
         if not isinstance(tq, dict):
+            why = bounds.problem(tq, "target_qps_per_replica")
+            if why is not None:
+                fail(f"target_qps_per_replica {why}", bounds.hint("target_qps_per_replica"),
+                     sub=("target_qps_per_replica",))
             return data
         sub = ("target_qps_per_replica",)
         if not tq:
@@ -95,9 +105,10 @@ class ReplicaPolicy(SpecModel):
             if count and not (count.isdigit() and int(count) > 0):
                 fail(f"target_qps_per_replica: bad accelerator count in {k!r}",
                      "write NAME or NAME:COUNT, e.g. 'A100:8'", sub=(*sub, str(k)))
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-                fail(f"target_qps_per_replica[{k!r}] must be a number > 0, got {v!r}",
-                     sub=(*sub, str(k)))
+            why = bounds.problem(v, "target_qps_per_replica")
+            if why is not None:
+                fail(f"target_qps_per_replica[{k!r}] {why}",
+                     bounds.hint("target_qps_per_replica"), sub=(*sub, str(k)))
             out[canon + (f":{count}" if count else "")] = v
         return {**data, "target_qps_per_replica": out}
 
@@ -123,6 +134,8 @@ class TLS(SpecModel):
 
 class LoadBalancerSpec(SpecModel):
     _what: ClassVar[str] = "load_balancer"
+    _bounds: ClassVar[dict[str, str]] = {"stream_timeout_seconds": "stream_timeout_seconds",
+                                         "affinity_body_prefix": "affinity_body_prefix"}
     stream_timeout_seconds: int | float | None = None
     # skyd's `affinity` policy: hash this request header (else the first bytes of the body).
     affinity_header: str | None = None
@@ -133,6 +146,8 @@ class ServiceSpec(SpecModel):
     """Serving spec. ``replicas: N`` is normalized into ``replica_policy.min_replicas``."""
 
     _what: ClassVar[str] = "service"
+    _bounds: ClassVar[dict[str, str]] = {"replicas": "replicas", "ports": "port",
+                                         "workers": "workers"}
     readiness_probe: ReadinessProbe = ReadinessProbe()
     replicas: int | None = None
     replica_policy: ReplicaPolicy = ReplicaPolicy()
@@ -152,11 +167,16 @@ class ServiceSpec(SpecModel):
         if not isinstance(data, dict):
             fail("service must be a mapping", "e.g. service: {readiness_probe: /health, replicas: 2}")
         d = dict(data)
+        if isinstance(d.get("pool"), dict):  # kept as written; its counts are bounded too
+            try:
+                d["pool"] = check_bounds(d["pool"], PoolSpec._bounds)
+            except PydanticCustomError as e:
+                ctx = e.context or {}
+                fail(str(ctx.get("msg")), ctx.get("hint"), sub=("pool", *(ctx.get("sub") or ())))
         reps = d.get("replicas")
         pol = d.get("replica_policy")
-        if reps is not None:
-            if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
-                fail(f"replicas must be an integer >= 0, got {reps!r}", sub=("replicas",))
+        if reps is not None and bounds.problem(reps, "replicas") is None:  # else: its field
+            reps = bounds.normalize(reps, "replicas")
             if isinstance(pol, dict):
                 if pol.get("min_replicas", reps) != reps or pol.get("max_replicas") not in (None, reps):
                     fail("give either replicas: or replica_policy:, not both",
@@ -173,9 +193,6 @@ class ServiceSpec(SpecModel):
             if d["load_balancing_policy"] not in LB_POLICIES:
                 fail(f"unknown load_balancing_policy {lb!r}", f"one of {', '.join(LB_POLICIES)}",
                      sub=("load_balancing_policy",))
-        ports = d.get("ports")
-        if isinstance(ports, int) and not isinstance(ports, bool) and not 1 <= ports <= 65535:
-            fail(f"service port {ports} out of range 1-65535", sub=("ports",))
         return d
 
 
@@ -184,6 +201,12 @@ class PoolSpec(SpecModel):
     the YAML loads unchanged; `skyd jobs pool apply` runs them (see docs/jobs.md)."""
 
     _what: ClassVar[str] = "pool"
+    _bounds: ClassVar[dict[str, str]] = {
+        "workers": "workers", "min_workers": "workers", "max_workers": "workers",
+        "queue_length_threshold": "queue_length_threshold",
+        "upscale_delay_seconds": "scale_delay_seconds",
+        "downscale_delay_seconds": "scale_delay_seconds",
+    }
     workers: int | None = None
     min_workers: int | None = None
     max_workers: int | None = None
@@ -198,12 +221,9 @@ class PoolSpec(SpecModel):
             data = {"workers": data}
         if not isinstance(data, dict):
             fail("pool must be a mapping", "e.g. pool: {workers: 2}")
-        for k in ("workers", "min_workers", "max_workers", "queue_length_threshold",
-                  "upscale_delay_seconds", "downscale_delay_seconds"):
-            v = data.get(k)
-            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
-                fail(f"{k} must be >= 0, got {v}", sub=(k,))
-        lo, hi = data.get("min_workers"), data.get("max_workers")
-        if isinstance(lo, int) and isinstance(hi, int) and hi < lo:
+        lo: Any = data.get("min_workers")
+        hi: Any = data.get("max_workers")
+        if (bounds.problem(lo, "workers") is None and bounds.problem(hi, "workers") is None
+                and hi < lo):
             fail(f"max_workers ({hi}) < min_workers ({lo})", sub=("max_workers",))
         return data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +21,7 @@ from skyd.models.service import ServiceSpec
 from skyd.models.storage import FileMount, resolve_local
 
 REDACTED = "<redacted>"
-MAX_NUM_NODES = 100_000  # a sanity bound; what an infra can hold is checked at plan time
+MAX_NUM_NODES = 100_000  # bounds.BOUNDS["num_nodes"]; what an infra holds: at plan time
 # SkyPilot's task-name rule (sky/task.py _VALID_NAME_REGEX), plus a length bound.
 TASK_NAME_RE = re.compile(r"[a-zA-Z0-9]+(?:[._-]{1,2}[a-zA-Z0-9]+)*")
 MAX_TASK_NAME_LEN = 128
@@ -45,6 +46,31 @@ def register_task_validator(fn: TaskValidator) -> TaskValidator:
 
 def registered_task_validators() -> list[TaskValidator]:
     return list(_VALIDATORS)
+
+
+# What the loader learnt about a task that is not part of it, by task object: the warnings
+# found while loading (duplicate YAML keys; Task.validate() returns them first, so every
+# entry point that shows a task's warnings shows them) and the YAML's line map (so later
+# checks -- skyd.models.precheck -- can name a line). Carried over by with_overrides.
+_LOAD_NOTES: dict[int, tuple[list[str], Any]] = {}
+
+
+def note_load(task: Task, msgs: list[str], lines: Any = None) -> None:
+    if not msgs and not lines:
+        return
+    key = id(task)
+    if key not in _LOAD_NOTES:
+        weakref.finalize(task, _LOAD_NOTES.pop, key, None)
+    _LOAD_NOTES[key] = (list(msgs), lines)
+
+
+def load_warnings(task: Task) -> list[str]:
+    return list(_LOAD_NOTES.get(id(task), ((), None))[0])
+
+
+def load_lines(task: Task) -> Any:
+    """The YAML line map of the task's document (field path -> line), or None."""
+    return _LOAD_NOTES.get(id(task), ((), None))[1]
 
 
 def _str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
@@ -148,15 +174,17 @@ class Task(SpecModel):
     @field_validator("num_nodes", mode="before")
     @classmethod
     def _nodes(cls, v: Any) -> Any:
+        from skyd import bounds
+
         if v is None:
             return 1
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            fail(f"num_nodes must be an integer >= 1, got {v!r}", "e.g. num_nodes: 2")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 1 or (
+                isinstance(v, float) and not v.is_integer()):
+            fail(f"num_nodes must be an integer >= 1, got {bounds.show(v)}", "e.g. num_nodes: 2")
         if v > MAX_NUM_NODES:
-            shown = str(v) if v < 10**12 else f"about 10^{len(str(v)) - 1}"
-            fail(f"num_nodes must be at most {MAX_NUM_NODES}, got {shown}",
+            fail(f"num_nodes must be at most {MAX_NUM_NODES}, got {bounds.show(v)}",
                  "a cluster this big is a typo; the infra's own limit is checked at plan time")
-        return v
+        return int(v)
 
     @field_validator("name", mode="before")
     @classmethod
@@ -210,7 +238,7 @@ class Task(SpecModel):
     # ------------------------------------------------------------------ behaviour
     def validate(self) -> list[str]:  # type: ignore[override]
         """Run every registered validator; returns warnings (errors raise at load)."""
-        out: list[str] = []
+        out: list[str] = load_warnings(self)
         for fn in _VALIDATORS:
             out.extend(fn(self))
         return out
@@ -273,7 +301,9 @@ class Task(SpecModel):
         if workdir is not None:
             updates["workdir"] = resolve_local(workdir, base_dir or Path(os.getcwd()))
         try:
-            return self._rebuild(**updates)
+            new_task = self._rebuild(**updates)
+            note_load(new_task, load_warnings(self), load_lines(self))
+            return new_task
         except ValidationError as e:
             err = convert_validation_error(e)
             field = err.field or ""

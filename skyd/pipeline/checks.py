@@ -11,11 +11,12 @@ from typing import Any
 
 import anyio
 
+from skyd import bounds
 from skyd.daemon.http import MAX_ID, number
 from skyd.errors import InvalidSpecError
 from skyd.names import check_optional_name
 
-MAX_IDLE_MINUTES = 10 * 365 * 24 * 60  # ten years: anything longer is "never"
+MAX_IDLE_MINUTES = int(bounds.BOUNDS["idle_minutes"].hi)  # ten years: longer is "never"
 
 
 def _flag(payload: dict[str, Any], key: str) -> None:
@@ -33,22 +34,13 @@ def _string(payload: dict[str, Any], key: str, *, required: bool = False) -> Non
 
 
 def _load(payload: dict[str, Any], *, single: bool) -> list[Any]:
-    from skyd.pipeline.taskload import apply_overrides, load_dag_from_payload
+    from skyd.pipeline.taskload import load_dag_from_payload
 
-    for key in ("yaml", "command", "base_dir", "yaml_path"):
-        _string(payload, key)
-    env = payload.get("env")
-    if env is not None and (not isinstance(env, dict)
-                            or not all(isinstance(v, str) for v in env.values())):
-        raise InvalidSpecError("env must be a mapping of NAME: string", field="env")
-    ov = payload.get("overrides")
-    if ov is not None and not isinstance(ov, dict):
-        raise InvalidSpecError("overrides must be a mapping", field="overrides")
-    dag = load_dag_from_payload(payload)
+    dag = load_dag_from_payload(payload)  # shapes checked, overrides applied, precheck passed
     if single and len(dag.tasks) != 1:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
                                hint="run pipelines with `skyd jobs launch`")
-    return [apply_overrides(t, ov) for t in dag.tasks]
+    return list(dag.tasks)
 
 
 def capacity(tasks: list[Any]) -> None:
@@ -70,7 +62,7 @@ async def _parse(payload: dict[str, Any], *, single: bool, launch: bool = False)
 
 async def check_launch(payload: dict[str, Any]) -> None:
     check_optional_name(payload.get("cluster_name"), kind="cluster", field="cluster_name")
-    number(payload.get("idle_minutes"), "idle_minutes", lo=0, hi=MAX_IDLE_MINUTES)
+    bounds.check(payload.get("idle_minutes"), "idle_minutes")
     for key in ("dryrun", "detach_run", "down", "no_setup", "retry_until_up"):
         _flag(payload, key)
     if payload.get("minimize", "cost") not in ("cost", "time"):

@@ -54,7 +54,9 @@ async def _logs(ctx: Any, request: Any) -> Any:
 
     name = request.match_info["cluster"]
     # Bad numbers are the caller's mistake (400 naming the parameter), checked first.
-    tail = int(int_param(request, "tail", 0) or 0)
+    from skyd.bounds import BOUNDS
+
+    tail = int(int_param(request, "tail", 0, hi=int(BOUNDS["tail_lines"].hi)) or 0)
     node = int_param(request, "node", None, hi=1_000_000)
     req_job = int_param(request, "job_id", None, lo=1)
     row = await cdb.require_cluster(ctx.store, name)

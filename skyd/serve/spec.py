@@ -45,6 +45,9 @@ def load_service(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks; a service is one task",
                                field="service")  # fmt: skip
     task = dag.tasks[0]
+    from skyd.pipeline.checks import capacity
+
+    capacity([task])  # num_nodes per replica against what the infras can hold
     if task.service is None:
         raise InvalidSpecError("the task has no service: section", field="service",
                                hint="add e.g. service: {readiness_probe: /health, replicas: 2}")

@@ -14,86 +14,18 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
 
 from skyd.errors import InvalidSpecError, NotFoundError
+from skyd.models.buckets import MODES, STORES, BucketMount, plan  # noqa: F401 - re-exported
 from skyd.storage import db as sdb
-from skyd.storage.names import check_bucket_name, parse_uri
 
 LogFn = Callable[[str], None]
 PARALLEL = 16  # concurrent object transfers
 PROGRESS_S = 2.0
-MODES = ("COPY", "MOUNT", "MOUNT_CACHED")
-STORES = ("S3", "R2", "GCS")
-
-
-@dataclass(frozen=True)
-class BucketMount:
-    dst: str
-    store: str
-    bucket: str
-    prefix: str
-    local_source: str | None = None  # uploaded into a bucket skyd creates
-    persistent: bool = True
-    mode: str = "COPY"  # COPY | MOUNT | MOUNT_CACHED
-
-    @property
-    def field(self) -> str:
-        return f"file_mounts.{self.dst}"
-
-    @property
-    def uri(self) -> str:
-        return f"{self.bucket_uri}/{self.prefix}"
-
-    @property
-    def bucket_uri(self) -> str:
-        return f"{ {'GCS': 'gs'}.get(self.store, self.store.lower())}://{self.bucket}"
-
-
-def plan(task: Any) -> list[BucketMount]:
-    """The task's bucket mounts, every one checked (mode, store, names); InvalidSpecError
-    naming the field otherwise. Pure: no network."""
-    out = []
-    for dst, fm in (getattr(task, "file_mounts", None) or {}).items():
-        kind = getattr(fm, "kind", "local")
-        if kind == "local":
-            continue
-        field = f"file_mounts.{dst}"
-        if kind == "bucket":
-            ref = parse_uri(str(fm.source), field)
-            out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix))
-            continue
-        mode = (fm.mode or "MOUNT").upper()
-        if mode not in MODES:
-            raise InvalidSpecError(f"storage mode {mode} is not known", field=f"{field}.mode",
-                                   hint="use one of " + ", ".join(MODES))
-        if isinstance(fm.source, list):
-            raise InvalidSpecError("a list of sources is not supported", field=f"{field}.source",
-                                   hint="give one local path or one bucket URI")
-        src = fm.source
-        if src and "://" in src:
-            ref = parse_uri(src, f"{field}.source")
-            if fm.store and fm.store != ref.store:
-                raise InvalidSpecError(f"store {fm.store} does not match source {src!r}",
-                                       field=f"{field}.store", hint="drop store or fix it")
-            out.append(BucketMount(dst, ref.store, ref.bucket, ref.prefix, mode=mode))
-            continue
-        store = (fm.store or "S3").upper()
-        if store not in STORES:
-            raise InvalidSpecError(f"store {store} is not supported", field=f"{field}.store",
-                                   hint="use store: s3 (or an S3-compatible endpoint), r2 or gcs")
-        if not fm.name:
-            raise InvalidSpecError("a local source needs a bucket name", field=f"{field}.name",
-                                   hint="add name: my-bucket (created, then uploaded to)")
-        check_bucket_name(fm.name, f"{field}.name", store)
-        out.append(BucketMount(dst, store, fm.name, "", local_source=src,
-                               persistent=bool(fm.persistent if fm.persistent is not None
-                                               else True), mode=mode))
-    return out
 
 
 async def preflight(mounts: list[BucketMount]) -> None:
