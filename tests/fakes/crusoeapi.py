@@ -33,10 +33,20 @@ from aiohttp import web
 from tests.fakes.vmapi import FakeVMAPI
 
 PROJECT = "4b3e1c2a-0000-4000-8000-00000000c0de"
+#: VM types as ``GET .../compute/vms/types`` lists them (the fields gpuhunt's
+#: providers/crusoe.py reads: product_name, gpu_type, num_gpu, cpu_cores, memory_gb, disk_gb,
+#: cpu_type)
 TYPES = [
-    {"product_name": "mi300x-192gb.8x", "gpu_type": "MI300X-192GB", "num_gpu": 8, "num_cpu": 176, "memory_gb": 1920},
-    {"product_name": "mi355x-288gb.8x", "gpu_type": "MI355X_288GB", "num_gpu": 8, "num_cpu": 224, "memory_gb": 3072},
-    {"product_name": "c1a.16x", "gpu_type": "", "num_gpu": 0, "num_cpu": 16, "memory_gb": 64},
+    {"product_name": "mi300x-192gb.8x", "gpu_type": "MI300X-192GB", "num_gpu": 8, "cpu_cores": 176,
+     "memory_gb": 1920, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "mi355x-288gb.8x", "gpu_type": "MI355X_288GB", "num_gpu": 8, "cpu_cores": 224,
+     "memory_gb": 3072, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "h100-80gb-sxm-ib.8x", "gpu_type": "H100-SXM-80GB", "num_gpu": 8, "cpu_cores": 176,
+     "memory_gb": 1440, "disk_gb": 7680, "cpu_type": "intel"},
+    {"product_name": "l40s-48gb.1x", "gpu_type": "L40S-48GB", "num_gpu": 1, "cpu_cores": 8,
+     "memory_gb": 147, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "c1a.16x", "gpu_type": "", "num_gpu": 0, "cpu_cores": 16, "memory_gb": 64,
+     "disk_gb": 0, "cpu_type": "amd"},
 ]
 
 
