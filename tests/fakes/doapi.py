@@ -53,6 +53,7 @@ IMAGE_STACK = {"gpu-amd-base": (True, False), "gpu-h100x1-base": (False, True),
 DO_SIZES = [
     ("gpu-mi300x1-192gb", "amd_mi300x", 1, 20, 245760, 1.99),
     ("gpu-mi300x8-1536gb", "amd_mi300x", 8, 160, 1966080, 15.92),
+    ("gpu-mi325x1-256gb", "amd_mi325x", 1, 20, 245760, 0.0),
     ("gpu-mi325x8-2048gb", "amd_mi325x", 8, 160, 1966080, 0.0),
     ("gpu-h100x1-80gb", "nvidia_h100", 1, 20, 245760, 3.39),
     ("gpu-h100x8-640gb", "nvidia_h100", 8, 160, 1966080, 23.92),
