@@ -8,9 +8,10 @@ as ``dockerArgs``) and dstack (``runpod/compute.py``: ``_get_docker_args``) do, 
 command installs openssh-server when it is missing (apt-get, dnf/yum or apk), puts the key
 from ``$PUBLIC_KEY`` into root's ``authorized_keys``, generates host keys, starts sshd,
 exports the image's environment to login shells (ROCm/CUDA paths) and keeps the container
-running. The script travels base64-encoded (``bash -c 'echo … | base64 -d …'``) so that no
-quoting of RunPod's command field can break it; the key itself stays in the env, never in
-the command.
+running. The script is POSIX sh (images without bash work too) and travels base64-encoded
+(``sh -c 'echo … | base64 -d …'``) so that no quoting of RunPod's command field can break it;
+the key itself stays in the env, never in the command. An image whose ENTRYPOINT is not a
+shell (it would receive the command as arguments) needs ``image_id`` of one that is.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ exec sleep infinity
 
 
 def docker_args() -> str:
-    """The ``dockerArgs`` value: a bash command that decodes and runs :data:`SCRIPT`."""
+    """The ``dockerArgs`` value: a shell command that decodes and runs :data:`SCRIPT`."""
     enc = base64.b64encode(SCRIPT.encode()).decode()
-    inner = f"echo {enc} | base64 -d > /tmp/skyd-start.sh && exec bash /tmp/skyd-start.sh"
-    return f"bash -c {shlex.quote(inner)}"
+    inner = f"echo {enc} | base64 -d > /tmp/skyd-start.sh && exec sh /tmp/skyd-start.sh"
+    return f"sh -c {shlex.quote(inner)}"
