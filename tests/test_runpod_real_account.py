@@ -87,6 +87,21 @@ async def test_nvidia_rows_are_ordered_under_their_own_gpu_id_and_the_node_confi
     await cloud.provisioner().terminate(h, lambda _: None)  # type: ignore[arg-type]
 
 
+async def test_a_community_pod_is_placed_by_country_and_a_secure_pod_by_data_center(
+    cloud: RunPodCloud, fake: FakeRunPod
+) -> None:
+    sec = offer("runpod", "1x_L4_SECURE")
+    com = dataclasses.replace(sec, instance_type="1x_L4_COMMUNITY")
+    for off, want in ((sec, {"dataCenterId": sec.zone}), (com, {"countryCode": sec.region})):
+        logs: list[str] = []
+        with anyio.fail_after(90):
+            h = await cloud.provisioner().provision(request("rpct", off), logs.append)
+        body = fake.creates[-1]
+        assert {k: body.get(k) for k in want} == want and body["cloudType"] in off.instance_type
+        assert not ({"dataCenterId", "countryCode"} - set(want)) & set(body), body
+        await cloud.provisioner().terminate(h, lambda _: None)
+
+
 async def test_a_cpu_offer_is_a_cpu_pod(cloud: RunPodCloud, fake: FakeRunPod) -> None:
     h, _ = await _up(cloud, "rpcpu", "cpu3c-2-4")
     body = fake.creates[-1]

@@ -8,8 +8,9 @@ wants it non-null, or variables that do not coerce are refused as RunPod's Apoll
 refuses them (HTTP 400, ``extensions.code`` ``GRAPHQL_VALIDATION_FAILED`` /
 ``BAD_USER_INPUT``). A valid request is executed, so the answer holds exactly the fields
 that were selected. Refusals of a well-formed call are HTTP 200 with ``errors`` (no capacity:
-"There are no longer any instances available with the requested specifications"); a wrong
-key is HTTP 401. Served: ``myself``, ``gpuTypes``, ``podFindAndDeployOnDemand``,
+"There are no longer any instances available with the requested specifications", also for a
+COMMUNITY pod placed by ``dataCenterId``: data centers are Secure Cloud's, community hosts are
+placed by ``countryCode``, as dstack's runpod backend reads it); a wrong key is HTTP 401. Served: ``myself``, ``gpuTypes``, ``podFindAndDeployOnDemand``,
 ``podRentInterruptable`` (needs ``bidPerGpu``), ``deployCpuPod`` (needs ``instanceId``, a
 CPU flavor such as ``cpu3c-2-4``), ``podStop``, ``podResume``, ``podTerminate``.
 
@@ -271,7 +272,10 @@ class FakeRunPod(NeoFake):
                 raise graphql.GraphQLError(f"gpuTypeId {inp['gpuTypeId']!r} is not a GPU type")
             if int(inp["gpuCount"]) < 1:
                 raise graphql.GraphQLError("gpuCount must be at least 1")
-        if self.full(inp.get("dataCenterId"), inp.get("gpuTypeId"), inp.get("instanceId")):
+        if inp.get("cloudType") == "COMMUNITY" and inp.get("dataCenterId"):
+            # data centers are Secure Cloud's; community hosts are found by country
+            raise graphql.GraphQLError(NO_CAPACITY)
+        if self.full(inp.get("dataCenterId"), inp.get("countryCode"), inp.get("gpuTypeId"), inp.get("instanceId")):
             raise graphql.GraphQLError(NO_CAPACITY)
         env = {e["key"]: e["value"] for e in inp.get("env") or []}
         image = str(inp["imageName"])

@@ -5,8 +5,9 @@ Create: a GPU offer (``8x_MI300X_SECURE``) is ``podFindAndDeployOnDemand``
 RunPod ``gpuTypeId`` of the offer's card (skyd.clouds.gpunames: ``H100`` is "NVIDIA H100
 PCIe", ``H100-SXM`` "NVIDIA H100 80GB HBM3"); a CPU offer (``cpu3c-2-4``) is ``deployCpuPod``
 with the flavor as ``instanceId`` (RunPod's CPU-pod call; CPU pods are on-demand only). Both
-in the offer's data center (the catalog's zone, e.g. ``EU-RO-1``), SECURE or COMMUNITY cloud
-from the instance type, skyd's public key as ``PUBLIC_KEY`` and the start command of
+in the offer's data center (the catalog's zone, e.g. ``EU-RO-1``; a COMMUNITY pod by its
+country, ``countryCode`` = the catalog's region), SECURE or COMMUNITY cloud from the instance
+type, skyd's public key as ``PUBLIC_KEY`` and the start command of
 skyd.clouds.runpod.startcmd, which installs and starts sshd whatever the image (an image
 that is not RunPod's own has none). The SSH address is the pod's
 ``runtime.ports`` entry with ``privatePort == 22`` and ``isIpPublic`` (ip + publicPort).
@@ -112,8 +113,6 @@ class RunPodProvisioner(VMProvisioner):
             "env": [{"key": "PUBLIC_KEY", "value": public_key},
                     {"key": "SKYD_CLUSTER_TAG", "value": req.cluster_tag}],
         }
-        if off.zone:
-            common["dataCenterId"] = off.zone
         api = await self.api()
         if not off.accelerator:
             if not is_cpu_type(off.instance_type):
@@ -124,6 +123,8 @@ class RunPodProvisioner(VMProvisioner):
                 raise ResourcesUnavailableError(
                     f"runpod: CPU pods ({off.instance_type}) are on-demand only", scope="cloud")
             inp = common | {"instanceId": off.instance_type, "cloudType": "SECURE"}
+            if off.zone:
+                inp["dataCenterId"] = off.zone
             if off.price:
                 inp["deployCost"] = round(float(off.price), 4)  # the most the pod may cost
             await api.deploy_cpu(inp)
@@ -135,6 +136,13 @@ class RunPodProvisioner(VMProvisioner):
                 f"runpod: no RunPod GPU id is known for {off.accelerator}", scope="cloud")
         inp = common | {"gpuTypeId": gpu, "gpuCount": count, "cloudType": cloud_type,
                         "volumeInGb": 0, "supportPublicIp": True}
+        if cloud_type == "COMMUNITY":
+            # community hosts are not in RunPod's data centers: placed by country (the
+            # catalog's region, e.g. "CA"), as dstack's runpod backend does
+            if off.region:
+                inp["countryCode"] = off.region
+        elif off.zone:
+            inp["dataCenterId"] = off.zone
         if off.vcpus:
             inp["minVcpuCount"] = int(off.vcpus)
         if off.memory_gib:
