@@ -106,6 +106,7 @@ async def test_a_cpu_offer_is_a_cpu_pod(cloud: RunPodCloud, fake: FakeRunPod) ->
     h, _ = await _up(cloud, "rpcpu", "cpu3c-2-4")
     body = fake.creates[-1]
     assert body["call"] == "deployCpuPod" and body["instanceId"] == "cpu3c-2-4"
+    assert body["imageName"] == "ubuntu:22.04"  # no sshd in it: the start command adds one
     assert "gpuTypeId" not in body and "gpuCount" not in body
     assert not h.accelerators and await healthy(cloud, h)  # type: ignore[attr-defined]
     await cloud.provisioner().terminate(h, lambda _: None)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from skyd.clouds.runpod.startcmd import docker_args
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
 
 NAME = "runpod"
-#: images for pods when the task names none (both start sshd from $PUBLIC_KEY)
+#: images for pods when the task names none (the start command makes any of them reachable)
 AMD_IMAGE = "rocm/pytorch:rocm6.2.3_ubuntu22.04_py3.10_pytorch_release_2.3.0"
 NVIDIA_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
 AMD_GPUS = ("MI300X", "MI325X", "MI355X", "MI350X", "MI250X", "MI250", "MI210")
@@ -53,7 +53,13 @@ def parse_type(instance_type: str) -> tuple[int, str]:
         return 1, "SECURE"
 
 
+#: image of CPU pods: plain Ubuntu (the start command adds sshd, python3 and rsync)
+CPU_IMAGE = "ubuntu:22.04"
+
+
 def default_image(accelerator: str | None) -> str:
+    if not accelerator:
+        return CPU_IMAGE
     return AMD_IMAGE if accelerator in AMD_GPUS else NVIDIA_IMAGE
 
 

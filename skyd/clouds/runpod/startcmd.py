@@ -5,7 +5,8 @@ A RunPod pod is a container, and only RunPod's own images start sshd from the
 ``PUBLIC_KEY`` env; ``rocm/pytorch``, ``vllm/*`` and users' images have no sshd at all. So, as
 RunPod's "use SSH" docs, SkyPilot (``sky/provision/runpod/utils.py``: ``setup_cmd`` passed
 as ``dockerArgs``) and dstack (``runpod/compute.py``: ``_get_docker_args``) do, the pod's
-command installs openssh-server when it is missing (apt-get, dnf/yum or apk), puts the key
+command installs openssh-server (and python3 and rsync, which the node agent and file sync
+use) when the image lacks them (apt-get, dnf/yum or apk), puts the key
 from ``$PUBLIC_KEY`` into root's ``authorized_keys``, generates host keys, starts sshd,
 exports the image's environment to login shells (ROCm/CUDA paths) and keeps the container
 running. The script is POSIX sh (images without bash work too) and travels base64-encoded
@@ -21,13 +22,13 @@ import shlex
 
 SCRIPT = """\
 set -u
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+if [ ! -x /usr/sbin/sshd ] || ! command -v python3 >/dev/null 2>&1 || ! command -v rsync >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   if command -v apt-get >/dev/null 2>&1; then
-    apt-get update -y && apt-get install -y --no-install-recommends openssh-server rsync
-  elif command -v dnf >/dev/null 2>&1; then dnf install -y openssh-server rsync
-  elif command -v yum >/dev/null 2>&1; then yum install -y openssh-server rsync
-  elif command -v apk >/dev/null 2>&1; then apk add --no-cache openssh rsync
+    apt-get update -y && apt-get install -y --no-install-recommends openssh-server rsync python3
+  elif command -v dnf >/dev/null 2>&1; then dnf install -y openssh-server rsync python3
+  elif command -v yum >/dev/null 2>&1; then yum install -y openssh-server rsync python3
+  elif command -v apk >/dev/null 2>&1; then apk add --no-cache openssh rsync python3
   fi
 fi
 mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
