@@ -173,6 +173,10 @@ async def test_every_bundled_catalog_row_is_a_create_request_runpod_accepts(
             sent += 1
         kinds["cpu" if not o.accelerator else "amd" if o.accelerator.startswith("MI") else "nvidia"] += 1
     assert fake.refused == [] and len(fake.creates) - before == sent
+    # no pod asks for a shape no host has (the bundled 8x L40S row says 1024 vCPUs)
+    for c in fake.creates[before:]:
+        if c.get("gpuCount"):
+            assert c["minVcpuCount"] <= 4 * c["gpuCount"] and c["minMemoryInGb"] <= 192 * c["gpuCount"], c
     assert all(kinds.values()), kinds
     ids = {c.get("gpuTypeId") for c in fake.creates[before:]}
     assert {"NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "AMD Instinct MI300X OAM"} <= ids

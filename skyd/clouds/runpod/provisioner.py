@@ -35,6 +35,7 @@ from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, V
 from skyd.clouds.runpod.api import KEY_HINT, RunPodAPI, find_key
 from skyd.clouds.runpod.startcmd import docker_args
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
+from skyd.models.accelerators import get_accelerator_info
 
 NAME = "runpod"
 #: images for pods when the task names none (the start command makes any of them reachable)
@@ -61,6 +62,22 @@ def default_image(accelerator: str | None) -> str:
     if not accelerator:
         return CPU_IMAGE
     return AMD_IMAGE if accelerator in AMD_GPUS else NVIDIA_IMAGE
+
+
+def min_shape(accelerator: str, count: int, vcpus: float, memory_gib: float) -> dict[str, int]:
+    """``minVcpuCount`` / ``minMemoryInGb`` of a GPU pod: the catalog's shape, but never more
+    than SkyPilot's RunPod client asks (4 vCPUs and the GPU's memory per GPU). The bundled
+    catalog's multi-GPU shapes are not all real machines (8x L40S: 1024 vCPUs, 6016 GB) and a
+    minimum no host meets fails everywhere."""
+    info = get_accelerator_info(accelerator)
+    out: dict[str, int] = {"minVcpuCount": 4 * count}
+    if vcpus:
+        out["minVcpuCount"] = min(int(vcpus), 4 * count)
+    cap = int((info.memory_gib or 0) * count) if info else 0
+    mem = int(memory_gib) if memory_gib else cap
+    if mem:
+        out["minMemoryInGb"] = min(mem, cap) if cap else mem
+    return out
 
 
 def is_cpu_type(instance_type: str) -> bool:
@@ -149,10 +166,7 @@ class RunPodProvisioner(VMProvisioner):
                 inp["countryCode"] = off.region
         elif off.zone:
             inp["dataCenterId"] = off.zone
-        if off.vcpus:
-            inp["minVcpuCount"] = int(off.vcpus)
-        if off.memory_gib:
-            inp["minMemoryInGb"] = int(off.memory_gib)
+        inp |= min_shape(off.accelerator, count, off.vcpus, off.memory_gib)
         if req.use_spot:
             bid = off.spot_price if off.spot_price else None
             if bid is None:
