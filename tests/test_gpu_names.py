@@ -64,3 +64,9 @@ def test_card_variants_are_distinct_ids() -> None:
 ])
 def test_an_agent_report_meets_the_order_of_the_same_card(ordered: str, reported: str, ok: bool) -> None:
     assert gpunames.same_card(ordered, reported) is ok
+
+
+def test_every_name_in_the_table_is_a_registry_name() -> None:
+    for p, rows in gpunames.PROVIDER_GPUS.items():
+        for canon, _, _ in rows:
+            assert lookup_accelerator(canon) == canon, (p, canon)
