@@ -51,13 +51,18 @@ def test_gcp_gpu_rows_paired_with_host_machine_types(bundled: Catalog) -> None:
     assert any(o.instance_type == "n2-standard-8" for o in bundled.cpu_only(8, exact=True))
 
 
-def test_accelerator_names_canonicalised(bundled: Catalog) -> None:
+def test_accelerator_names_canonicalised_and_card_variants_kept_apart(bundled: Catalog) -> None:
+    # SXM, PCIe and NVL are different cards at different prices (SkyPilot's names): a row
+    # of one is never offered as another
     sxm = bundled.by_instance_type("1x_H100-SXM_SECURE")
-    assert sxm and all(o.accelerator == "H100" for o in sxm)
+    assert sxm and all(o.accelerator == "H100-SXM" for o in sxm)
+    pcie = bundled.by_instance_type("1x_H100_SECURE")
+    assert pcie and all(o.accelerator == "H100" for o in pcie)
+    assert not [o for o in bundled.by_accelerator("H100") if o.cloud == "runpod" and "SXM" in o.instance_type]
     assert bundled.canonical_accelerator("h100") == "H100"
-    assert bundled.canonical_accelerator("H200-SXM") == "H200"
+    assert bundled.canonical_accelerator("H200-SXM") == "H200-SXM"
     assert bundled.canonical_accelerator("nope") is None
-    assert "H100-SXM" not in bundled.accelerator_names()
+    assert {"H100", "H100-SXM", "H100-NVL"} <= set(bundled.accelerator_names())
 
 
 def test_amd_rows_present_and_catalog_only_marked(bundled: Catalog) -> None:

@@ -222,4 +222,4 @@ async def test_catalog_refresh_lists_gpu_types_per_location(env: None, cr: FakeC
     big = rows[("mi300x-192gb.8x", "us-east1-a")]
     assert (big.accelerator, big.accelerator_count, big.price) == ("MI300X", 8.0, 27.6)
     assert rows[("mi355x-288gb.8x", "us-east1-a")].accelerator == "MI355X"
-    assert type_offerings([TYPES[2]], [{"type": "c1a.16x", "location": "us-east1-a"}]) == []  # no GPU
+    assert type_offerings([TYPES[-1]], [{"type": "c1a.16x", "location": "us-east1-a"}]) == []  # no GPU

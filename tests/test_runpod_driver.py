@@ -182,6 +182,12 @@ async def test_catalog_refresh_prices_from_gpu_types(cloud: RunPodCloud, fake: F
     path = await refresh_catalog("runpod")
     text = path.read_text()
     assert "8x_MI300X_SECURE,MI300X,8" in text and "19.92" in text
-    rows = [o for o in load_catalog().by_cloud("runpod") if o.instance_type == "1x_H100_COMMUNITY"]
-    assert rows and rows[0].spot_price == pytest.approx(1.75)
+    cat = load_catalog().by_cloud("runpod")
+    # "NVIDIA H100 PCIe" prices H100, "NVIDIA H100 80GB HBM3" prices H100-SXM: never folded
+    pcie = [o for o in cat if o.instance_type == "1x_H100_COMMUNITY"]
+    sxm = [o for o in cat if o.instance_type == "1x_H100-SXM_COMMUNITY"]
+    assert pcie and {o.accelerator for o in pcie} == {"H100"} and pcie[0].spot_price == pytest.approx(1.25)
+    assert sxm and {o.accelerator for o in sxm} == {"H100-SXM"} and sxm[0].spot_price == pytest.approx(1.75)
+    # gpuTypes prices GPUs only: the CPU flavors stay
+    assert any(o.instance_type == "cpu3c-2-4" and not o.accelerator for o in cat)
     clear_catalog_cache()

@@ -5,9 +5,11 @@ AvailabilityZone, Price, SpotPrice. Prices are USD/hour per instance; empty = no
 
 Two quirks are handled here, in one place:
 
-* **Accelerator names** are canonicalised through :data:`ACCELERATOR_ALIASES` (provider
-  spellings such as RunPod's ``H100-SXM`` or Crusoe's ``MI355X_288GB``) so that a request for
-  ``H100`` matches every cloud that rents one.
+* **Accelerator names** are canonicalised through the GPU-name table
+  (:func:`skyd.clouds.gpunames.catalog_name`: provider spellings such as Crusoe's
+  ``MI355X_288GB``) so that a request for ``MI355X`` matches every cloud that rents one.
+  Card variants stay apart, as in SkyPilot's catalogs: ``H100`` (PCIe), ``H100-SXM`` and
+  ``H100-NVL`` are three names.
 * **GCP's split rows.** GCP lists machine types (a2/a3/g2, no accelerator, host price only)
   and GPU-only rows (no instance type, GPU price only). A GPU-only row is paired with the
   host machine type SkyPilot would use in that zone (:data:`GPU_HOSTS`); the offering's price
@@ -23,6 +25,7 @@ import io
 import re
 from collections.abc import Iterable, Iterator
 
+from skyd.clouds.gpunames import catalog_name
 from skyd.clouds.offering import Offering
 
 COLUMNS = (
@@ -38,23 +41,9 @@ COLUMNS = (
     "SpotPrice",
 )
 
-# Provider spelling -> canonical accelerator name. The one place where names are mapped.
-ACCELERATOR_ALIASES: dict[str, str] = {
-    "H100-SXM": "H100",
-    "H100-SXM5": "H100",
-    "H200-SXM": "H200",
-    "A100-80GB-SXM": "A100-80GB",
-    "A100-SXM4": "A100",
-    "MI300X-192GB": "MI300X",
-    "MI300X-O": "MI300X",
-    "AMD Instinct MI300X OAM": "MI300X",
-    "AMD Instinct MI300X": "MI300X",
-    "amd_mi300x": "MI300X",
-    "amd_mi325x": "MI325X",
-    "MI325X-256GB": "MI325X",
-    "MI355X_288GB": "MI355X",
-    "MI355X-288GB": "MI355X",
-}
+# Provider spellings (RunPod's ``AMD Instinct MI300X OAM``, Crusoe's ``MI355X_288GB``, DO's
+# ``amd_mi300x``) are read through the one GPU-name table, skyd.clouds.gpunames; card variants
+# (H100 / H100-SXM / H100-NVL) stay distinct.
 
 # GCP: (accelerator, count) -> host machine types that carry it (SkyPilot's defaults first).
 GPU_HOSTS: dict[tuple[str, int], tuple[str, ...]] = {
@@ -83,7 +72,7 @@ _MIB_RE = re.compile(r"'SizeInMiB':\s*([0-9.]+)")
 
 
 def canonical_name(name: str) -> str:
-    return ACCELERATOR_ALIASES.get(name, name)
+    return catalog_name(name) if name else name
 
 
 def _f(s: str) -> float | None:
@@ -114,7 +103,6 @@ def parse_rows(cloud: str, text_or_rows: str | Iterable[list[str]], source: str 
     gpu_only: list[list[str]] = []
     hosts: dict[tuple[str, str], list[str]] = {}  # (instance_type, zone) -> row
     seen: dict[tuple[str, str, str, str | None], int] = {}
-    aliases = ACCELERATOR_ALIASES
     host_families = HOST_FAMILIES if cloud == "gcp" else ("\0",)
     for lineno, r in enumerate(rows, start=2):
         if not r:
@@ -144,7 +132,7 @@ def parse_rows(cloud: str, text_or_rows: str | Iterable[list[str]], source: str 
                 continue
             amem = None
             if acc:
-                acc = aliases.get(acc, acc)
+                acc = canonical_name(acc)
                 gi = r[i_gi]
                 if gi:
                     m = _MIB_RE.search(gi)

@@ -23,7 +23,8 @@ NVIDIA_QUERY = [
 AMD_SMI_QUERY = ["amd-smi", "static", "--json"]
 ROCM_SMI_QUERY = ["rocm-smi", "--showproductname", "--json"]
 
-# PCI device id -> canonical name (gpuhunt constraints; 0x74b5 is the MI300X SR-IOV VF).
+# PCI device id -> canonical name (gpuhunt constraints; 0x74b5 is the MI300X SR-IOV VF). The
+# one table of AMD device ids: skyd.clouds.gpunames and the kubernetes node labels read it.
 AMD_DEVICE_IDS: dict[int, str] = {
     0x74A1: "MI300X",
     0x74A9: "MI300X",
@@ -35,6 +36,9 @@ AMD_DEVICE_IDS: dict[int, str] = {
     0x74A0: "MI300A",
     0x74A2: "MI308X",
     0x74B6: "MI308X",
+    0x7408: "MI250X",
+    0x740C: "MI250",
+    0x740F: "MI210",
 }
 
 # Canonical NVIDIA names, most specific first (matched as whole tokens).

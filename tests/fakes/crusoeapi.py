@@ -9,7 +9,13 @@ operation (``IN_PROGRESS``) that finishes after ``op_s`` seconds (a slow operati
 finished create's VM is a fake SSH host on 127.0.0.x (``ssh_public_key`` authorised),
 ``STATE_CREATING`` until its host is up, then ``STATE_RUNNING``.
 
-Knobs: ``capacity[(type, location)]`` (what /capacities lists), ``fail_in_operation(location)``
+Strict as Crusoe documents the create (no machine-readable spec exists): a body with a
+field the reference does not list, without name/type/location/ssh_public_key, or of an
+unknown type is refused 400 ``bad_request`` (``refused`` keeps the reasons). A VM has the
+GPUs of its type, shown to ``nvidia-smi`` / ``amd-smi`` only when its image carries the
+driver stack (``ubuntu-rocm``: ROCm; ``*-nvidia-*``: NVIDIA); plain Ubuntu shows none.
+
+Knobs: ``dry`` (accept creates without making VMs), ``capacity[(type, location)]`` (what /capacities lists), ``fail_in_operation(location)``
 (capacity listed, but the create operation FAILS with ``out_of_stock``: the race a real
 cloud has), ``gpu_quota`` (max GPUs of the project), ``access_key``/``secret_key`` (the valid
 pair), ``op_s``, plus ``rate_limit``/``boot_s`` (tests/fakes/vmapi.py).
@@ -30,14 +36,42 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.gpuprofile import profile
 from tests.fakes.vmapi import FakeVMAPI
 
 PROJECT = "4b3e1c2a-0000-4000-8000-00000000c0de"
+#: VM types as ``GET .../compute/vms/types`` lists them (the fields gpuhunt's
+#: providers/crusoe.py reads: product_name, gpu_type, num_gpu, cpu_cores, memory_gb, disk_gb,
+#: cpu_type)
 TYPES = [
-    {"product_name": "mi300x-192gb.8x", "gpu_type": "MI300X-192GB", "num_gpu": 8, "num_cpu": 176, "memory_gb": 1920},
-    {"product_name": "mi355x-288gb.8x", "gpu_type": "MI355X_288GB", "num_gpu": 8, "num_cpu": 224, "memory_gb": 3072},
-    {"product_name": "c1a.16x", "gpu_type": "", "num_gpu": 0, "num_cpu": 16, "memory_gb": 64},
+    {"product_name": "mi300x-192gb.8x", "gpu_type": "MI300X-192GB", "num_gpu": 8, "cpu_cores": 176,
+     "memory_gb": 1920, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "mi355x-288gb.8x", "gpu_type": "MI355X_288GB", "num_gpu": 8, "cpu_cores": 224,
+     "memory_gb": 3072, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "h100-80gb-sxm-ib.8x", "gpu_type": "H100-SXM-80GB", "num_gpu": 8, "cpu_cores": 176,
+     "memory_gb": 1440, "disk_gb": 7680, "cpu_type": "intel"},
+    {"product_name": "l40s-48gb.1x", "gpu_type": "L40S-48GB", "num_gpu": 1, "cpu_cores": 8,
+     "memory_gb": 147, "disk_gb": 0, "cpu_type": "amd"},
+    {"product_name": "c1a.16x", "gpu_type": "", "num_gpu": 0, "cpu_cores": 16, "memory_gb": 64,
+     "disk_gb": 0, "cpu_type": "amd"},
 ]
+
+#: the create body's fields (Crusoe API reference, "Create a VM", v1alpha5) and the required ones
+CREATE_FIELDS = frozenset({"name", "type", "location", "image", "ssh_public_key", "startup_script",
+                           "shutdown_script", "disks", "host_channel_adapters", "network_interfaces",
+                           "commitment_period", "reservation_id", "public_ip_address_type"})
+CREATE_REQUIRED = ("name", "type", "location", "ssh_public_key")
+#: a type's gpu_type -> the card its VMs have (what nvidia-smi / amd-smi print)
+GPU_CARD = {"MI300X-192GB": "MI300X", "MI355X_288GB": "MI355X", "H100-SXM-80GB": "H100-SXM",
+            "L40S-48GB": "L40S"}
+
+
+def image_stack(image: str) -> tuple[bool, bool]:
+    """(ROCm, NVIDIA driver + CUDA) of a Crusoe image (``ubuntu-rocm:latest``,
+    ``ubuntu22.04-nvidia-sxm-docker:latest``, ``ubuntu22.04-nvidia-pcie-docker:latest``,
+    ``ubuntu22.04:latest``)."""
+    low = image.lower()
+    return "rocm" in low, "nvidia" in low
 
 
 def _sign(secret: str, path: str, query: dict[str, str], method: str, ts: str) -> str:
@@ -60,6 +94,8 @@ class FakeCrusoe(FakeVMAPI):
         self.instances: dict[str, dict[str, Any]] = {}
         self.ops: dict[str, dict[str, Any]] = {}
         self.creates: list[dict[str, Any]] = []
+        self.refused: list[str] = []  # the messages of every create refused as malformed
+        self.dry = False  # accept creates (every check done) without making VMs
         self._ids = itertools.count(1)
         self.clear()
 
@@ -72,6 +108,7 @@ class FakeCrusoe(FakeVMAPI):
         self.op_s = 0.1
         self.bad_signatures = 0
         self.failing.clear()
+        self.dry = False
         self.gpu_quota = 64
         self.capacity = {("mi300x-192gb.8x", "us-east1-a"): 4, ("mi355x-288gb.8x", "us-east1-a"): 2,
                          ("mi300x-192gb.8x", "us-southcentral1-a"): 2}
@@ -170,8 +207,27 @@ class FakeCrusoe(FakeVMAPI):
         asyncio.get_running_loop().create_task(run())
         return dict(op)
 
+    def _invalid(self, body: Any) -> str | None:
+        if not isinstance(body, dict):
+            return "request body must be a JSON object"
+        unknown = sorted(set(body) - CREATE_FIELDS)
+        if unknown:
+            return f"unknown field(s): {', '.join(unknown)}"
+        for k in CREATE_REQUIRED:
+            if not isinstance(body.get(k), str) or not body[k]:
+                return f"{k} is required"
+        if body["type"] not in {t["product_name"] for t in TYPES}:
+            return f"unknown VM type {body['type']!r}"
+        if not isinstance(body.get("disks", []), list):
+            return "disks must be a list"
+        return None
+
     async def _create(self, body: dict[str, Any]) -> web.Response:
         self.creates.append(body)
+        bad = self._invalid(body)
+        if bad:
+            self.refused.append(bad)
+            return self._err(400, "bad_request", bad)
         vtype, loc = str(body.get("type")), str(body.get("location"))
         if self._gpus(vtype) and sum(self._gpus(i["type"]) for i in self.instances.values()) \
                 + self._gpus(vtype) > self.gpu_quota:
@@ -180,6 +236,9 @@ class FakeCrusoe(FakeVMAPI):
             return self._err(400, "out_of_stock", f"{vtype} is out of stock in {loc}")
         if any(i["name"] == body.get("name") for i in self.instances.values()):
             return self._err(409, "already_exists", f"an instance named {body.get('name')} exists")
+        if self.dry:
+            return web.json_response({"operation": {"operation_id": "dry", "state": "SUCCEEDED",
+                                                    "metadata": {}, "result": {}}})
         return web.json_response({"operation": self._op(self._make(body))})
 
     async def _make(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -199,8 +258,11 @@ class FakeCrusoe(FakeVMAPI):
         await self.wait_pause("before_running")
         if iid not in self.instances:
             return
-        vtype = str(self.instances[iid]["type"])  # the host has the GPUs its type names
-        h = await self.new_host(iid, public_key, "mi355x" if "mi355x" in vtype else None)
+        inst = self.instances[iid]  # the host has the GPUs its type names, if its image shows them
+        t = next(t for t in TYPES if t["product_name"] == inst["type"])
+        rocm, cuda = image_stack(str(inst.get("image") or ""))
+        h = await self.new_host(iid, public_key, profile(self.root / f"gpus-{iid}", GPU_CARD.get(t["gpu_type"]),
+                                                         int(t["num_gpu"]), rocm=rocm, cuda=cuda))
         inst = self.instances.get(iid)
         if inst is None:
             await self.drop_host(iid)

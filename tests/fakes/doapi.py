@@ -10,7 +10,15 @@ Droplets are fake SSH hosts (the registered key whose fingerprint the create nam
 authorised) on 127.0.0.x; their public and private v4 addresses are that address. A new
 droplet is ``new`` until its host is up (plus ``boot_s``), then ``active``.
 
-Knobs: ``no_capacity(region or "*")`` (create answers 422 as DO does when a size is out of
+Strict as DO documents it: a create body with a field DO does not list, no name/size/image,
+a name that is not a hostname or a tag of other characters is refused with 422 (the
+``refused`` list keeps the reasons). A droplet has the GPUs of its size, shown to
+``nvidia-smi`` / ``amd-smi`` only when its image carries the driver stack (``gpu-amd-base``:
+ROCm; ``gpu-h100x1-base`` / ``gpu-h100x8-base``: NVIDIA driver + CUDA); a plain Ubuntu
+image shows none.
+
+Knobs: ``dry`` (accept creates without making droplets: catalog walks),
+``no_capacity(region or "*")`` (create answers 422 as DO does when a size is out of
 stock), ``droplet_limit`` (422 "will exceed your droplet limit"), ``token`` (the only valid
 one), ``rate_limit``/``boot_s`` (tests/fakes/vmapi.py).
 """
@@ -21,17 +29,35 @@ import asyncio
 import base64
 import hashlib
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.gpuprofile import profile
 from tests.fakes.vmapi import FakeVMAPI
+
+#: the create body's fields, as DO's "Create a New Droplet" reference lists them
+CREATE_FIELDS = frozenset({"name", "region", "size", "image", "ssh_keys", "backups", "backup_policy",
+                           "ipv6", "monitoring", "tags", "user_data", "private_networking", "volumes",
+                           "vpc_uuid", "with_droplet_agent"})
+HOSTNAME = re.compile(r"^[a-zA-Z0-9.-]{1,255}$")  # "a-z, A-Z, 0-9, . and -"
+TAG = re.compile(r"^[a-zA-Z0-9_\-:]{1,255}$")  # "letters, numbers, colons, dashes, and underscores"
+#: GPU model of a size -> the card its droplets have (what nvidia-smi / amd-smi print)
+MODEL_CARD = {"amd_mi300x": "MI300X", "amd_mi325x": "MI325X", "nvidia_h100": "H100-SXM"}
+#: images with a GPU driver stack (DO's "AI/ML-ready" images): (ROCm, NVIDIA driver + CUDA)
+IMAGE_STACK = {"gpu-amd-base": (True, False), "gpu-h100x1-base": (False, True),
+               "gpu-h100x8-base": (False, True)}
 
 DO_SIZES = [
     ("gpu-mi300x1-192gb", "amd_mi300x", 1, 20, 245760, 1.99),
     ("gpu-mi300x8-1536gb", "amd_mi300x", 8, 160, 1966080, 15.92),
+    ("gpu-mi325x1-256gb", "amd_mi325x", 1, 20, 245760, 0.0),
+    ("gpu-mi325x8-2048gb", "amd_mi325x", 8, 160, 1966080, 0.0),
     ("gpu-h100x1-80gb", "nvidia_h100", 1, 20, 245760, 3.39),
+    ("gpu-h100x8-640gb", "nvidia_h100", 8, 160, 1966080, 23.92),
+    ("s-2vcpu-4gb", "", 0, 2, 4096, 0.03571),
 ]
 AMD_SIZES = [
     ("gpu-mi300x1-192gb-devcloud", "amd_mi300x", 1, 20, 245760, 1.99),
@@ -56,6 +82,8 @@ class FakeDO(FakeVMAPI):
         self.creates: list[dict[str, Any]] = []
         self.full: set[str] = set()
         self.droplet_limit = False
+        self.refused: list[str] = []  # the messages of every create refused as malformed
+        self.dry = False  # accept creates (every check done) without making droplets
         self._ids = itertools.count(3000)
 
     @property
@@ -69,6 +97,7 @@ class FakeDO(FakeVMAPI):
         self.reset()
         self.full.clear()
         self.droplet_limit = False
+        self.dry = False
 
     def live(self, tag: str | None = None) -> list[dict[str, Any]]:
         return [dict(d) for d in list(self.droplets.values())
@@ -122,9 +151,33 @@ class FakeDO(FakeVMAPI):
 
     def _size(self, s: Any) -> dict[str, Any]:
         slug, model, count, vcpus, mem, price = s
-        return {"slug": slug, "vcpus": vcpus, "memory": mem, "disk": 720, "price_hourly": price,
-                "price_monthly": round(price * 730, 2), "regions": list(self.regions), "available": True,
-                "gpu_info": {"count": count, "model": model, "vram": {"amount": 192 * count, "unit": "gib"}}}
+        out = {"slug": slug, "vcpus": vcpus, "memory": mem, "disk": 720, "price_hourly": price,
+               "price_monthly": round(price * 730, 2), "regions": list(self.regions), "available": True}
+        if model:  # only GPU sizes carry gpu_info
+            out["gpu_info"] = {"count": count, "model": model, "vram": {"amount": 192 * count, "unit": "gib"}}
+        return out
+
+    @staticmethod
+    def _invalid(body: Any) -> str | None:
+        """What DO's create refuses (422) in a body: fields it does not have, a missing
+        name/size/image, a name that is not a hostname, a tag of other characters."""
+        if not isinstance(body, dict):
+            return "request body must be a JSON object"
+        unknown = sorted(set(body) - CREATE_FIELDS)
+        if unknown:
+            return f"unknown field(s): {', '.join(unknown)}"
+        for k in ("name", "size", "image"):
+            if not body.get(k):
+                return f"{k} is required"
+        if not HOSTNAME.match(str(body["name"])):
+            return "Only valid hostname characters are allowed. (a-z, A-Z, 0-9, . and -)"
+        for t in body.get("tags") or []:
+            if not isinstance(t, str) or not TAG.match(t):
+                return f"tag {t!r}: tags may contain letters, numbers, colons, dashes, and underscores"
+        for k in ("backups", "ipv6", "monitoring", "with_droplet_agent"):
+            if k in body and not isinstance(body[k], bool):
+                return f"{k} must be a boolean"
+        return None
 
     def _list(self, request: web.Request) -> web.Response:
         tag = request.query.get("tag_name")
@@ -140,6 +193,10 @@ class FakeDO(FakeVMAPI):
     async def _create(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.creates.append(body)
+        bad = self._invalid(body)
+        if bad:
+            self.refused.append(bad)
+            return self._err(422, "unprocessable_entity", bad)
         region, size = body.get("region"), body.get("size")
         if region not in self.regions or size not in {s[0] for s in self.sizes}:
             return self._err(422, "unprocessable_entity", f"Size is not available in region {region}.")
@@ -157,6 +214,9 @@ class FakeDO(FakeVMAPI):
              "region": {"slug": region}, "image": {"slug": body.get("image")},
              "tags": list(body.get("tags") or []), "networks": {"v4": [], "v6": []}}
         self.droplets[did] = d
+        if self.dry:
+            self.droplets.pop(did)
+            return web.json_response({"droplet": d, "links": {"actions": []}}, status=202)
         asyncio.get_running_loop().create_task(self._boot(did, keys[0]["public_key"]))
         return web.json_response({"droplet": d, "links": {"actions": []}}, status=202)
 
@@ -165,7 +225,11 @@ class FakeDO(FakeVMAPI):
         await self.wait_pause("before_running")
         if did not in self.droplets:
             return
-        h = await self.new_host(did, public_key)
+        d = self.droplets[did]
+        _, model, count, *_ = next(s for s in self.sizes if s[0] == d["size_slug"])
+        rocm, cuda = IMAGE_STACK.get(str(d["image"]["slug"]), (False, False))
+        h = await self.new_host(did, public_key, profile(self.root / f"gpus-{did}", MODEL_CARD.get(model),  # type: ignore[arg-type]
+                                                         count, rocm=rocm, cuda=cuda))
         d = self.droplets.get(did)
         if d is None:  # deleted meanwhile
             await self.drop_host(did)

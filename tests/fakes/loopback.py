@@ -105,7 +105,7 @@ class LoopbackFake:
     # -- machines as SSH hosts ---------------------------------------------------------------
 
     async def add_host(self, key: str, root: Path, public_key: str, *, port: int,
-                       gpu: str = "none") -> FakeSSHHost:
+                       gpu: str | dict[str, Path] = "none") -> FakeSSHHost:
         """Start an SSH host for machine ``key`` on the next free loopback address, accepting
         ``public_key`` (an OpenSSH public key line)."""
         root.mkdir(parents=True, exist_ok=True)

@@ -118,7 +118,7 @@ class FakeSSHHost:
         host: str = "127.0.0.2",
         authorized_keys: Path | Iterable[Path] = (),
         *,
-        gpu: str = "none",
+        gpu: str | dict[str, Path] = "none",
         missing: Iterable[str] = (),
         host_key: asyncssh.SSHKey | None = None,
         port: int = 0,
@@ -161,7 +161,9 @@ class FakeSSHHost:
         self.home.mkdir(parents=True, exist_ok=True)
         fakebin = self.root / "fakebin"
         fakebin.mkdir(exist_ok=True)
-        for tool, data in GPU_PROFILES[self.gpu].items():
+        # a profile name, or {tool: file it prints} (fakes that model what an image shows)
+        profile = self.gpu if isinstance(self.gpu, dict) else GPU_PROFILES[self.gpu]
+        for tool, data in profile.items():
             script = fakebin / tool
             script.write_text(f"#!/bin/sh\ncat {data}\n")
             script.chmod(0o755)

@@ -78,6 +78,7 @@ class FakeVMAPI(LoopbackFake):
 
     # -- instances as SSH hosts --------------------------------------------------------
 
-    async def new_host(self, iid: str, public_key: str, gpu: str | None = None) -> FakeSSHHost:
+    async def new_host(self, iid: str, public_key: str,
+                       gpu: str | dict[str, Path] | None = None) -> FakeSSHHost:
         return await self.add_host(iid, self.root / iid, public_key, port=self.ssh_port,
                                    gpu=gpu or self.gpu)

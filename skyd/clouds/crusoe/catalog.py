@@ -1,5 +1,6 @@
-"""``skyd catalog refresh crusoe``: the project's VM types (``GET .../compute/vms/types``)
-with a GPU, one row per location that ``GET /capacities`` lists for the type. Crusoe's API
+"""``skyd catalog refresh crusoe``: the project's VM types (``GET .../compute/vms/types``:
+``product_name``, ``gpu_type``, ``num_gpu``, ``cpu_cores``, ``memory_gb``, as gpuhunt's
+``providers/crusoe.py`` reads them) with a GPU, one row per location that ``GET /capacities`` lists for the type. Crusoe's API
 has no prices: the on-demand $/GPU-hour comes from Crusoe's public price list
 (:data:`GPU_HOUR`); a GPU without a known price gets an empty price (shown, never chosen
 on cost)."""
@@ -8,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyd.clouds.do.sizes import canonical
+from skyd.clouds.gpunames import canonical_gpu
 from skyd.clouds.offering import Offering
 from skyd.errors import CredentialsError
 
-#: on-demand $/GPU-hour from crusoe.ai/pricing (MI355X: no public price)
-GPU_HOUR = {"MI300X": 3.45, "H100": 3.90, "H200": 4.29, "A100": 1.95, "L40S": 1.45}
+#: on-demand $/GPU-hour from crusoe.ai/pricing, by canonical card (MI355X: no public price)
+GPU_HOUR = {"MI300X": 3.45, "H100-SXM": 3.90, "H200-SXM": 4.29, "A100": 1.45, "A100-80GB": 1.65,
+            "A100-80GB-SXM": 1.95, "L40S": 1.00, "A40": 0.90}
 
 
 def type_offerings(types: list[dict[str, Any]], caps: list[dict[str, Any]]) -> list[Offering]:
@@ -23,7 +25,7 @@ def type_offerings(types: list[dict[str, Any]], caps: list[dict[str, Any]]) -> l
     out: list[Offering] = []
     for t in types:
         name = str(t.get("product_name") or t.get("name") or "")
-        acc = canonical(str(t.get("gpu_type") or ""))
+        acc = canonical_gpu("crusoe", str(t.get("gpu_type") or ""))
         count = int(t.get("num_gpu") or 0)
         if not name or not acc or count <= 0:
             continue
@@ -31,7 +33,7 @@ def type_offerings(types: list[dict[str, Any]], caps: list[dict[str, Any]]) -> l
         for loc in sorted(locs.get(name, ())):
             out.append(Offering(
                 cloud="crusoe", instance_type=name, accelerator=acc, accelerator_count=float(count),
-                vcpus=float(t.get("num_cpu") or 0), memory_gib=float(t.get("memory_gb") or t.get("memory") or 0),
+                vcpus=float(t.get("cpu_cores") or 0), memory_gib=float(t.get("memory_gb") or 0),
                 region=loc, zone=None, price=round(price * count, 4) if price else None, spot_price=None))
     return out
 

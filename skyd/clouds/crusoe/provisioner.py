@@ -27,7 +27,8 @@ from skyd.errors import CredentialsError, FailoverScope, ResourcesUnavailableErr
 
 SSH_USER = "ubuntu"
 ROCM_IMAGE = "ubuntu-rocm:latest"  # any MI3xx type (as dstack does)
-NVIDIA_IMAGE = "ubuntu22.04-nvidia-sxm-docker:latest"
+NVIDIA_IMAGE = "ubuntu22.04-nvidia-sxm-docker:latest"  # SXM types (``h100-80gb-sxm-ib.8x``)
+NVIDIA_PCIE_IMAGE = "ubuntu22.04-nvidia-pcie-docker:latest"  # PCIe types (``l40s-48gb.1x``)
 CPU_IMAGE = "ubuntu22.04:latest"
 ANY_LOCATION = "default"
 OP_WAIT_S = 300.0
@@ -39,9 +40,14 @@ instance_name = plain_name  # ``<tag>-<rank>``
 
 
 def default_image(vm_type: str, accelerator: str | None) -> str:
+    """Crusoe's image with the type's driver stack (as dstack's crusoe/compute.py picks it):
+    ROCm for MI3xx types, the NVIDIA SXM image for ``-sxm`` types and the PCIe one for the
+    other NVIDIA types, plain Ubuntu for CPU types."""
     if "mi3" in vm_type.lower():
         return ROCM_IMAGE
-    return NVIDIA_IMAGE if accelerator else CPU_IMAGE
+    if not accelerator:
+        return CPU_IMAGE
+    return NVIDIA_IMAGE if "-sxm" in vm_type.lower() else NVIDIA_PCIE_IMAGE
 
 
 def addresses(inst: dict[str, Any]) -> tuple[str, str | None]:

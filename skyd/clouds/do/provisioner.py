@@ -24,15 +24,21 @@ from skyd.errors import CredentialsError, FailoverScope, SkydError
 
 SSH_USER = "root"
 AMD_IMAGE = "gpu-amd-base"  # Ubuntu 24.04 with ROCm (no Docker)
-NVIDIA_IMAGE = "gpu-h100x1-base"
+NVIDIA_IMAGE = "gpu-h100x1-base"  # DO's AI/ML-ready image for one NVIDIA GPU
+NVIDIA8_IMAGE = "gpu-h100x8-base"  # ... and for 8 (it adds the NVLink fabric manager)
 CPU_IMAGE = "ubuntu-24-04-x64"
 STATES = {"new": PENDING, "active": RUNNING, "off": STOPPED, "archive": FAILED}
 
 
-def default_image(accelerator: str | None) -> str:
+def default_image(accelerator: str | None, count: float = 1) -> str:
+    """DO's recommended image for the GPUs (docs: "Recommended GPU Droplet setup", AI/ML-ready
+    images; dstack digitalocean_base/compute.py chooses the same): ROCm for AMD, the NVIDIA
+    image for 1 GPU or the 8-GPU one (with fabric manager), plain Ubuntu for CPU droplets."""
     if is_amd(accelerator):
         return AMD_IMAGE
-    return NVIDIA_IMAGE if accelerator else CPU_IMAGE
+    if not accelerator:
+        return CPU_IMAGE
+    return NVIDIA8_IMAGE if count >= 8 else NVIDIA_IMAGE
 
 
 def addresses(d: dict[str, Any]) -> tuple[str, str | None]:
@@ -83,7 +89,7 @@ class DOProvisioner(VMProvisioner):
 
     @staticmethod
     def image(req: ProvisionRequest) -> str:
-        return req.image_id or default_image(req.offering.accelerator)
+        return req.image_id or default_image(req.offering.accelerator, req.offering.accelerator_count)
 
     def created_line(self, req: ProvisionRequest, n: int, where: str) -> str:
         off = req.offering

@@ -19,22 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyd.models.accelerators import ACCELERATOR_REGISTRY, lookup_accelerator, normalize_device_name
+from skyd.nodeagent.gpu import AMD_DEVICE_IDS as _AGENT_AMD_IDS
 
 NVIDIA_KEY = "nvidia.com/gpu"
 AMD_KEY = "amd.com/gpu"
 
-#: PCI device id (lower-case hex, no 0x) -> canonical AMD accelerator.
-AMD_DEVICE_IDS: dict[str, str] = {
-    "74a1": "MI300X", "74a9": "MI300X", "74b5": "MI300X", "74bd": "MI300X",
-    "74a0": "MI300A",
-    "74a2": "MI308X", "74b6": "MI308X",
-    "74a5": "MI325X",
-    "75a0": "MI350X",
-    "75a3": "MI355X",
-    "7408": "MI250X",
-    "740c": "MI250",
-    "740f": "MI210",
-}
+#: PCI device id (lower-case hex, no 0x) -> canonical AMD accelerator: the node agent's table
+AMD_DEVICE_IDS: dict[str, str] = {f"{dev:04x}": name for dev, name in _AGENT_AMD_IDS.items()}
 
 NVIDIA_LABELS = (
     "nvidia.com/gpu.product",

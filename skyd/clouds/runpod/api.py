@@ -80,15 +80,18 @@ class RunPodAPI:
         return list(me.get("pods") or [])
 
     async def deploy(self, inp: dict[str, Any], *, spot: bool) -> dict[str, Any]:
-        if spot:
-            q = ("mutation($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) "
-                 "{ id name desiredStatus } }")
-            key = "podRentInterruptable"
-        else:
-            q = ("mutation($input: PodFindAndDeployOnDemandInput) { podFindAndDeployOnDemand(input: $input) "
-                 "{ id name desiredStatus } }")
-            key = "podFindAndDeployOnDemand"
+        """A GPU pod: ``podFindAndDeployOnDemand`` or, for spot, ``podRentInterruptable``
+        (both take a non-null input, as RunPod's schema declares)."""
+        key, typ = (("podRentInterruptable", "PodRentInterruptableInput") if spot
+                    else ("podFindAndDeployOnDemand", "PodFindAndDeployOnDemandInput"))
+        q = f"mutation($input: {typ}!) {{ {key}(input: $input) {{ id name desiredStatus }} }}"
         return dict((await self.gql(q, {"input": inp})).get(key) or {})
+
+    async def deploy_cpu(self, inp: dict[str, Any]) -> dict[str, Any]:
+        """A CPU pod: ``deployCpuPod`` with a CPU flavor ``instanceId`` (``cpu3c-2-4``): RunPod's
+        call for pods without GPUs (runpod-python, dstack)."""
+        q = "mutation($input: deployCpuPodInput!) { deployCpuPod(input: $input) { id name desiredStatus } }"
+        return dict((await self.gql(q, {"input": inp})).get("deployCpuPod") or {})
 
     async def terminate(self, pod_id: str) -> None:
         await self.gql("mutation($input: PodTerminateInput!) { podTerminate(input: $input) }",

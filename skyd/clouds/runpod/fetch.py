@@ -1,6 +1,8 @@
 """``skyd catalog refresh runpod``: prices from ``gpuTypes`` (secure/community, on-demand
 and spot, per GPU), multiplied out for 1/2/4/8 GPUs, at the data centers the bundled
-catalog lists for that GPU (the API has no price per data center)."""
+catalog lists for that GPU (the API has no price per data center). Names come from the GPU
+table (skyd.clouds.gpunames): "NVIDIA H100 80GB HBM3" is ``H100-SXM``, "NVIDIA H100 PCIe" is
+``H100``, never one folded name. CPU rows are kept from the bundled catalog."""
 
 from __future__ import annotations
 
@@ -52,4 +54,6 @@ async def fetch() -> list[Offering]:
                         accelerator_memory_gib=gmem,
                         region=region, zone=zone, price=round(float(price) * n, 4),
                         spot_price=round(float(spot) * n, 4) if spot else None))
+    # gpuTypes prices GPUs only: the CPU flavors (deployCpuPod) keep their bundled rows
+    out.extend(o for o in bundled if not o.accelerator)
     return out

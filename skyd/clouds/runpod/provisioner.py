@@ -1,9 +1,15 @@
 """RunPodProvisioner: one pod per node, named for the cluster's tag, found again by name.
 
-Create: ``podFindAndDeployOnDemand`` (``podRentInterruptable`` with ``bidPerGpu`` = the
-catalog's spot price for spot), in the offer's data center (the catalog's zone, e.g.
-``EU-RO-1``), SECURE or COMMUNITY cloud from the instance type (``8x_MI300X_SECURE``),
-``startSsh`` with skyd's public key as ``PUBLIC_KEY``. The SSH address is the pod's
+Create: a GPU offer (``8x_MI300X_SECURE``) is ``podFindAndDeployOnDemand``
+(``podRentInterruptable`` with ``bidPerGpu`` = the catalog's spot price for spot) with the
+RunPod ``gpuTypeId`` of the offer's card (skyd.clouds.gpunames: ``H100`` is "NVIDIA H100
+PCIe", ``H100-SXM`` "NVIDIA H100 80GB HBM3"); a CPU offer (``cpu3c-2-4``) is ``deployCpuPod``
+with the flavor as ``instanceId`` (RunPod's CPU-pod call; CPU pods are on-demand only). Both
+in the offer's data center (the catalog's zone, e.g. ``EU-RO-1``; a COMMUNITY pod by its
+country, ``countryCode`` = the catalog's region), SECURE or COMMUNITY cloud from the instance
+type, skyd's public key as ``PUBLIC_KEY`` and the start command of
+skyd.clouds.runpod.startcmd, which installs and starts sshd whatever the image (an image
+that is not RunPod's own has none). The SSH address is the pod's
 ``runtime.ports`` entry with ``privatePort == 22`` and ``isIpPublic`` (ip + publicPort).
 Stop is ``podStop`` (the GPUs are released; a resume may land on other GPUs or none),
 start is ``podResume``.
@@ -27,10 +33,12 @@ from skyd.clouds.neocloud.gpus import provider_gpu_id
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.clouds.runpod.api import KEY_HINT, RunPodAPI, find_key
+from skyd.clouds.runpod.startcmd import docker_args
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
+from skyd.models.accelerators import get_accelerator_info
 
 NAME = "runpod"
-#: images for pods when the task names none (both start sshd from $PUBLIC_KEY)
+#: images for pods when the task names none (the start command makes any of them reachable)
 AMD_IMAGE = "rocm/pytorch:rocm6.2.3_ubuntu22.04_py3.10_pytorch_release_2.3.0"
 NVIDIA_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
 AMD_GPUS = ("MI300X", "MI325X", "MI355X", "MI350X", "MI250X", "MI250", "MI210")
@@ -46,8 +54,35 @@ def parse_type(instance_type: str) -> tuple[int, str]:
         return 1, "SECURE"
 
 
+#: image of CPU pods: plain Ubuntu (the start command adds sshd, python3 and rsync)
+CPU_IMAGE = "ubuntu:22.04"
+
+
 def default_image(accelerator: str | None) -> str:
+    if not accelerator:
+        return CPU_IMAGE
     return AMD_IMAGE if accelerator in AMD_GPUS else NVIDIA_IMAGE
+
+
+def min_shape(accelerator: str, count: int, vcpus: float, memory_gib: float) -> dict[str, int]:
+    """``minVcpuCount`` / ``minMemoryInGb`` of a GPU pod: the catalog's shape, but never more
+    than SkyPilot's RunPod client asks (4 vCPUs and the GPU's memory per GPU). The bundled
+    catalog's multi-GPU shapes are not all real machines (8x L40S: 1024 vCPUs, 6016 GB) and a
+    minimum no host meets fails everywhere."""
+    info = get_accelerator_info(accelerator)
+    out: dict[str, int] = {"minVcpuCount": 4 * count}
+    if vcpus:
+        out["minVcpuCount"] = min(int(vcpus), 4 * count)
+    cap = int((info.memory_gib or 0) * count) if info else 0
+    mem = int(memory_gib) if memory_gib else cap
+    if mem:
+        out["minMemoryInGb"] = min(mem, cap) if cap else mem
+    return out
+
+
+def is_cpu_type(instance_type: str) -> bool:
+    """RunPod's CPU flavors: ``cpu3c-2-4`` (family, vCPUs, GiB)."""
+    return instance_type.startswith("cpu")
 
 
 def to_vm(pod: dict[str, Any]) -> VM:
@@ -91,35 +126,53 @@ class RunPodProvisioner(VMProvisioner):
 
     async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
         off = req.offering
-        count, cloud_type = parse_type(off.instance_type)
-        gpu = provider_gpu_id(NAME, off.accelerator or "") if off.accelerator else None
-        if off.accelerator and gpu is None:
-            raise ResourcesUnavailableError(
-                f"runpod: no RunPod GPU id is known for {off.accelerator}", scope="cloud")
         image = req.image_id or default_image(off.accelerator)
         if image.startswith("docker:"):
             image = image[len("docker:"):]
         ports = ",".join(["22/tcp", *(f"{p}/tcp" for p in req.ports)])
-        inp: dict[str, Any] = {
-            "name": name, "imageName": image, "gpuTypeId": gpu, "gpuCount": count,
-            "cloudType": cloud_type, "containerDiskInGb": req.disk_size or 50, "volumeInGb": 0,
-            "ports": ports, "startSsh": True, "supportPublicIp": True,
+        common: dict[str, Any] = {
+            "name": name, "imageName": image, "containerDiskInGb": req.disk_size or 50,
+            "ports": ports, "startSsh": True, "dockerArgs": docker_args(),
             "env": [{"key": "PUBLIC_KEY", "value": public_key},
                     {"key": "SKYD_CLUSTER_TAG", "value": req.cluster_tag}],
         }
-        if off.zone:
+        api = await self.api()
+        if not off.accelerator:
+            if not is_cpu_type(off.instance_type):
+                raise ResourcesUnavailableError(
+                    f"runpod: {off.instance_type} is neither a GPU type (<n>x_<GPU>_<cloud>) nor a "
+                    "CPU flavor (cpu<gen><class>-<vcpus>-<GiB>)", scope="cloud")
+            if req.use_spot:
+                raise ResourcesUnavailableError(
+                    f"runpod: CPU pods ({off.instance_type}) are on-demand only", scope="cloud")
+            inp = common | {"instanceId": off.instance_type, "cloudType": "SECURE"}
+            if off.zone:
+                inp["dataCenterId"] = off.zone
+            if off.price:
+                inp["deployCost"] = round(float(off.price), 4)  # the most the pod may cost
+            await api.deploy_cpu(inp)
+            return
+        count, cloud_type = parse_type(off.instance_type)
+        gpu = provider_gpu_id(NAME, off.accelerator)
+        if gpu is None:
+            raise ResourcesUnavailableError(
+                f"runpod: no RunPod GPU id is known for {off.accelerator}", scope="cloud")
+        inp = common | {"gpuTypeId": gpu, "gpuCount": count, "cloudType": cloud_type,
+                        "volumeInGb": 0, "supportPublicIp": True}
+        if cloud_type == "COMMUNITY":
+            # community hosts are not in RunPod's data centers: placed by country (the
+            # catalog's region, e.g. "CA"), as dstack's runpod backend does
+            if off.region:
+                inp["countryCode"] = off.region
+        elif off.zone:
             inp["dataCenterId"] = off.zone
-        if off.vcpus:
-            inp["minVcpuCount"] = int(off.vcpus)
-        if off.memory_gib:
-            inp["minMemoryInGb"] = int(off.memory_gib)
+        inp |= min_shape(off.accelerator, count, off.vcpus, off.memory_gib)
         if req.use_spot:
             bid = off.spot_price if off.spot_price else None
             if bid is None:
                 raise ResourcesUnavailableError(f"runpod: {off.instance_type} has no spot price",
                                                 scope="zone")
             inp["bidPerGpu"] = round(float(bid) / max(1, count), 4)
-        api = await self.api()
         await api.deploy(inp, spot=req.use_spot)
 
     async def delete_vm(self, vm: VM) -> None:
@@ -163,7 +216,7 @@ class RunPodProvisioner(VMProvisioner):
         await (await self.api()).stop(vm.id)
 
     async def start_vm(self, vm: VM) -> None:
-        await (await self.api()).resume(vm.id, int(vm.raw.get("gpuCount") or 1))
+        await (await self.api()).resume(vm.id, int(vm.raw.get("gpuCount") or 0))
 
     def classify(self, e: APIError, where: str, has_zone: bool) -> SkydError:
         return classify(e, where=where, has_zone=has_zone, cred_hint=KEY_HINT)

@@ -1,6 +1,12 @@
 """``skyd catalog refresh vultr``: GPU plans from ``GET /plans-metal`` (bare metal) and
 ``GET /plans?type=vcg`` (GPU VMs), one row per plan and location; the GPU from the plan id
-(``vbm-256c-2048gb-8-mi300x-gpu``) or its ``gpu_type`` (``AMD_MI300X``)."""
+(``vbm-256c-2048gb-8-mi300x-gpu``: 8 GPUs) or its ``gpu_type`` (``NVIDIA_A100``).
+
+A GPU VM plan carries no GPU count: only ``gpu_vram_gb``, the video memory of the plan
+(Vultr's ``GET /plans`` docs; gpuhunt ``providers/vultr.py`` reads it the same way). The count
+is that memory over one card's (:data:`CARD_GB`): ``160vram`` of A100 is 2 GPUs, and a
+plan with less than one card's memory is a vGPU slice, listed with its fraction as the count
+(``4vram`` of an 80 GB A100: 0.05 GPU), never as a whole GPU at the slice's price."""
 
 from __future__ import annotations
 
@@ -9,8 +15,21 @@ from typing import Any
 
 from skyd.clouds.neocloud.gpus import canonical_gpu
 from skyd.clouds.offering import Offering
+from skyd.models.accelerators import get_accelerator_info
 
 METAL_GPU = re.compile(r"-(\d+)-([a-z0-9]+)-gpu$")
+#: GB of one card where Vultr's differs from the registry's (its A100s are 80 GB cards)
+CARD_GB = {"A100": 80.0}
+
+
+def gpu_count(gpu: str, vram_gb: float) -> float | None:
+    """GPUs in a plan with ``vram_gb`` of ``gpu`` memory (a fraction for a vGPU slice)."""
+    info = get_accelerator_info(gpu)
+    card = CARD_GB.get(gpu) or (info.memory_gib if info else None)
+    if not card or vram_gb <= 0:
+        return None
+    n = vram_gb / card
+    return float(round(n)) if n >= 0.95 else round(n, 4)
 
 
 def _hourly(p: dict[str, Any], key: str = "hourly_cost") -> float | None:
@@ -39,11 +58,14 @@ def offerings(metal: list[dict[str, Any]], vms: list[dict[str, Any]]) -> list[Of
         gpu = canonical_gpu("vultr", str(p.get("gpu_type") or "").lower())
         if not gpu:
             continue
-        count = float(p.get("gpu_count") or 1)
+        vram = float(p.get("gpu_vram_gb") or 0)
+        count = gpu_count(gpu, vram)
+        if count is None:
+            continue
         for loc in p.get("locations") or []:
             out.append(Offering("vultr", str(p["id"]), gpu, count, float(p.get("vcpu_count") or 0),
                                 round(float(p.get("ram") or 0) / 1024, 1), str(loc), None,
-                                _hourly(p), None))
+                                _hourly(p), None, round(vram / count, 2)))
     return out
 
 
