@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     NODE_PENDING,
     NODE_RUNNING,
@@ -36,7 +37,6 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.gcp import nodes
-from skyd.clouds.neocloud.gpus import agent_status, confirm_gpus
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.ssh.provisioner import SSHProvisioner
 from skyd.errors import (
@@ -197,7 +197,7 @@ class VMProvisioner(Provisioner):
             num_nodes=req.num_nodes, hourly_cost=self.hourly_cost(req), nodes=hnodes,
             token=req.token, cpus=off.vcpus, memory_gib=off.memory_gib, tag=tag,
             extra={"ports": list(req.ports)} | self.handle_extra(req))
-        await confirm_gpus(handle, lambda h, r: agent_status(self._ssh, h, r), where=where)
+        await gpucheck.confirm(self, handle, image=req.image_id, user_image=bool(req.image_id))
         log(f"GPUs confirmed by the node agents: {off.accelerator}:{off.accelerator_count:g} per node"
             if off.accelerator else "Nodes ready")
         return handle
