@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the driver module's fixtures, imported by name, are the test parameters)
 """What a real Compute Engine account refuses or needs, against the fake made strict by the
 published Compute v1 discovery document (google-api-python-client's compute.v1.json): spot
 VMs with MIGRATE, Persistent Disk boot disks on Hyperdisk-only series, GPU VMs without the
