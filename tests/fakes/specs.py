@@ -82,14 +82,29 @@ class Spec:
             seen += 1
             assert seen < 50, "a $ref loop"
 
+    def _merged(self, sch: dict[str, Any]) -> dict[str, Any]:
+        """One object schema of an ``allOf`` (properties and required of every part)."""
+        props: dict[str, Any] = dict(sch.get("properties") or {})
+        req: list[str] = list(sch.get("required") or [])
+        typ = sch.get("type")
+        for part in sch["allOf"]:
+            part = self._resolve(part)
+            if part.get("allOf"):
+                part = self._merged(part)
+            props.update(part.get("properties") or {})
+            req += list(part.get("required") or [])
+            typ = typ or part.get("type")
+        out = {k: v for k, v in sch.items() if k != "allOf"}
+        return out | {"type": typ or "object", "properties": props, "required": req}
+
     def _check(self, v: Any, sch: dict[str, Any], path: str, out: list[str]) -> None:
         sch = self._resolve(sch)
         if v is None:
             if not (sch.get("x-nullable") or sch.get("nullable")):
                 out.append(f"{path}: null is not allowed")
             return
-        for sub in sch.get("allOf") or []:
-            self._check(v, sub, path, out)
+        if sch.get("allOf"):
+            sch = self._merged(sch)
         typ = sch.get("type")
         if typ is None and ("properties" in sch or "additionalProperties" in sch):
             typ = "object"
