@@ -137,6 +137,11 @@ class VMProvisioner(Provisioner):
         capacity or quota, pick a location; returns ``where`` for the messages."""
         return where
 
+    def ready_marker(self, req: ProvisionRequest) -> str | None:
+        """A file the node's first-boot setup (user data installing a driver) writes when it
+        is done; the agent is deployed only once it exists. None: nothing to wait for."""
+        return None
+
     def handle_region(self, req: ProvisionRequest) -> str | None:
         return req.offering.region
 
@@ -188,7 +193,8 @@ class VMProvisioner(Provisioner):
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
                                       if h.ssh and h.extra.get(self.name_key) in todo])
         zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
+        marker = self.ready_marker(req)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, marker)
                       for n in hnodes])
         handle = ClusterHandle(
             cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,
