@@ -214,13 +214,14 @@ async def _attempt(
     handle: ClusterHandle | None = None
     try:
         with anyio.move_on_after(timeout) as deadline:
-            handle = await backend.provision(req, ctx.log)
-            if handle is not None and handle.accelerators and not handle.extra.get(gpucheck.CONFIRMED):
+            made = await backend.provision(req, ctx.log)
+            if made is not None and made.accelerators and not made.extra.get(gpucheck.CONFIRMED):
                 # every node proves its GPUs before the cluster is UP (all providers)
-                await gpucheck.confirm(cloud.provisioner(), handle, image=req.image_id,
+                await gpucheck.confirm(cloud.provisioner(), made, image=req.image_id,
                                        user_image=bool(req.image_id))
                 ctx.log("GPUs confirmed by the node agents: " + ", ".join(
-                    f"{a}:{c:g}" for a, c in handle.accelerators.items()) + " per node")
+                    f"{a}:{c:g}" for a, c in made.accelerators.items()) + " per node")
+            handle = made  # only a handle whose GPUs are confirmed is ever saved UP
         if handle is None or deadline.cancelled_caught:
             err = ResourcesUnavailableError(
                 f"provisioning did not finish within {timeout:g}s (the provider's API hung)",
