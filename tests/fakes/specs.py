@@ -4,6 +4,7 @@ A fake states its source in one line and validates every body it receives:
 
     COMPUTE = Spec.discovery(path_of_compute_v1_json)          # Google discovery document
     HOTAISLE = Spec.swagger(tests/data/hotaisle/swagger.json)  # Swagger 2.0 / OpenAPI 3
+    KUBE = Spec.kubernetes(kubernetes_asyncio.client.models)   # a client's generated models
 
     errors = COMPUTE.check(body, "Instance")   # [] or ["instance.scheduling.foo: unknown field", ...]
 
@@ -45,6 +46,15 @@ class Spec:
         doc = json.loads(Path(path).read_text())
         return cls(doc["schemas"], source=f"{doc.get('name')} {doc.get('version')} discovery document",
                    version=str(doc.get("revision") or ""), raw=doc)
+
+    @classmethod
+    def kubernetes(cls, models: Any) -> Spec:
+        """The generated models of a Kubernetes client (``kubernetes.client.models`` or
+        ``kubernetes_asyncio.client.models``): each class's ``openapi_types`` and
+        ``attribute_map`` give the JSON field names and types of that API version."""
+        version = str(getattr(__import__(models.__name__.split(".")[0]), "__version__", ""))
+        return cls(_KubeSchemas(models), source=f"{models.__name__.split('.')[0]} models",
+                   version=version)
 
     @classmethod
     def swagger(cls, path: Path | str, *, unknown_ok: bool = False) -> Spec:
@@ -111,6 +121,10 @@ class Spec:
         if "enum" in sch and v not in sch["enum"]:
             out.append(f"{path}: {v!r} is not one of {sch['enum']}")
             return
+        if isinstance(typ, list):  # any of several JSON types (e.g. a quantity: "2" or 2)
+            if not any(self.check(v, {"type": t}, path) == [] for t in typ):
+                out.append(f"{path}: {v!r} is none of {typ}")
+            return
         if typ == "object":
             if not isinstance(v, dict):
                 out.append(f"{path}: expected an object, got {type(v).__name__}")
@@ -156,3 +170,44 @@ class Spec:
         elif typ == "boolean":
             if not isinstance(v, bool):
                 out.append(f"{path}: expected a boolean, got {type(v).__name__} {v!r}")
+
+
+_KUBE_PRIMITIVES: dict[str, dict[str, Any]] = {
+    "str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
+    "bool": {"type": "boolean"}, "object": {}, "datetime": {"type": "string"},
+    "date": {"type": "string"},
+}
+_KUBE_QUANTITY_MAPS = {("V1ResourceRequirements", "limits"), ("V1ResourceRequirements", "requests")}
+
+
+class _KubeSchemas(dict[str, Any]):
+    """Schemas made on first use from a Kubernetes client's model classes."""
+
+    def __init__(self, models: Any) -> None:
+        super().__init__()
+        self.models = models
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (dict.__contains__(self, name) or hasattr(self.models, name))
+
+    def __missing__(self, name: str) -> dict[str, Any]:
+        cls = getattr(self.models, name)
+        props: dict[str, Any] = {}
+        for attr, typ in cls.openapi_types.items():
+            sch = _kube_type(typ)
+            if (name, attr) in _KUBE_QUANTITY_MAPS:  # resource.Quantity: a string or a number
+                sch = {"type": "object", "additionalProperties": {"type": ["string", "number"]}}
+            props[cls.attribute_map[attr]] = sch
+        out = {"type": "object", "properties": props}
+        self[name] = out
+        return out
+
+
+def _kube_type(typ: str) -> dict[str, Any]:
+    if typ in _KUBE_PRIMITIVES:
+        return _KUBE_PRIMITIVES[typ]
+    if typ.startswith("list[") and typ.endswith("]"):
+        return {"type": "array", "items": _kube_type(typ[5:-1])}
+    if typ.startswith("dict(") and typ.endswith(")"):
+        return {"type": "object", "additionalProperties": _kube_type(typ[5:-1].split(",", 1)[1].strip())}
+    return {"$ref": typ}
