@@ -63,3 +63,48 @@ def skyd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         sockdir.rmdir()
     except OSError:
         pass
+
+
+# -- the network rule, for every test (tests/fakes/netguard) -----------------------------------
+
+_GUARD_DIR = Path(__file__).resolve().parent / "fakes" / "netguard"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def network_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test reaches anything outside 127.0.0.0/8 (and AF_UNIX): the audit hook refuses any
+    other connection or name lookup in this process, and in every Python process the tests
+    start (daemons, CLIs: the guard's ``sitecustomize`` is first on their PYTHONPATH and
+    refusals go to one log). Credential discovery is kept off the instance-metadata
+    addresses: AWS by AWS_EC2_METADATA_DISABLED (see aws_loopback_only), Google's libraries by
+    NO_GCE_CHECK and a metadata host on a closed loopback port."""
+    from tests.fakes.netguard import sitecustomize as netguard
+
+    log = tmp_path_factory.mktemp("netguard") / "refused.log"
+    log.write_text("")
+    netguard.install()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKYD_NETGUARD_LOG", str(log))
+        mp.setenv("PYTHONPATH", os.pathsep.join(
+            p for p in (str(_GUARD_DIR), os.environ.get("PYTHONPATH", "")) if p))
+        mp.setenv("NO_GCE_CHECK", "True")  # google-auth: do not probe the metadata server
+        mp.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # ...and if it does, a closed local port
+        mp.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+        mp.setenv("GCE_METADATA_ROOT", "127.0.0.1:9")
+        yield log
+    assert not netguard.VIOLATIONS, f"connections outside 127.0.0.0/8: {netguard.VIOLATIONS}"
+    assert log.read_text() == "", f"connections outside 127.0.0.0/8 (subprocesses): {log.read_text()}"
+
+
+@pytest.fixture(autouse=True)
+def no_traffic_out(network_guard: Path) -> Iterator[None]:
+    """Each test fails on its own refused connection, even one the code under test caught."""
+    from tests.fakes.netguard import sitecustomize as netguard
+
+    before, size = len(netguard.VIOLATIONS), network_guard.stat().st_size
+    yield
+    new = netguard.VIOLATIONS[before:]
+    with open(network_guard) as f:
+        f.seek(size)
+        sub = f.read()
+    assert not new and not sub, f"connections outside 127.0.0.0/8: {new} {sub}"

@@ -29,6 +29,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def guarded_pythonpath() -> str:
+    """The network guard's sitecustomize first (tests/fakes/netguard), then the repository."""
+    return os.pathsep.join([str(REPO / "tests" / "fakes" / "netguard"), str(REPO)])
 TERMINAL_REQ = {"SUCCEEDED", "FAILED", "CANCELLED"}
 TERMINAL_JOBS = {"SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP", "FAILED_PRECHECKS",
                  "FAILED_NO_RESOURCE", "FAILED_CONTROLLER"}  # fmt: skip
@@ -139,7 +144,7 @@ def run_trial(seed: int, *, launches: int = 2, managed: int = 2, max_kills: int 
     base = Path(tempfile.mkdtemp(prefix="skyd-k9-", dir="/tmp"))
     home = base / "home"
     env = {**os.environ, "SKYD_HOME": str(home), "SKYD_SOCKET": str(base / "s.sock"),
-           "SKYD_CONFIG_DIR": str(base / "config"), "PYTHONPATH": str(REPO),
+           "SKYD_CONFIG_DIR": str(base / "config"), "PYTHONPATH": guarded_pythonpath(),
            "SKYD_JOBS_POLL": "0.3", "SKYD_JOBS_BACKOFF": "0.2", "SKYD_NO_AUTOSTART": "1"}  # fmt: skip
     env.pop("SKYD_CATALOG_DIR", None)
     home.mkdir(parents=True)

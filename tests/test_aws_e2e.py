@@ -209,3 +209,18 @@ def test_missing_credentials_end_the_launch_with_the_fix(
     assert "no AWS credentials found" in r.stderr and "AWS_ACCESS_KEY_ID" in r.stderr
     assert "Traceback" not in r.stderr
     assert sum(aws.proxy.calls.values()) == calls and aws.leftovers() == {}  # no call at all
+
+
+def test_a_gpu_node_without_its_gpus_is_not_called_up(env: Env, aws: Cloud, tmp_path: Path) -> None:
+    """The pipeline's GPU check runs on AWS too: the fake hosts behind these instances have
+    no GPU tools, so a g4dn (T4) node fails it with the provider, zone and image named, and
+    the attempt's instance is terminated; the cluster never reaches UP."""
+    task = ("resources:\n  infra: aws/us-east-1/use1-az6\n  instance_type: g4dn.xlarge\n"
+            "run: nvidia-smi\n")
+    evs = _events(_submit(tmp_path, "awsgpu", task))
+    assert evs[-1]["type"] == "error", evs[-3:]
+    text = json.dumps(evs)
+    assert "aws/us-east-1" in text and "the nodes do not have the ordered T4:1" in text, evs[-3:]
+    assert "node 0 has no GPUs" in text and "image:" in text, evs[-3:]
+    assert _row(env, "awsgpu") is None
+    assert aws.leftovers() == {}

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.test_daemon_support import REPO, DaemonProc, wait_for
+from tests.test_daemon_support import DaemonProc, guarded_pythonpath, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -210,7 +210,7 @@ def test_cli_reattaches_when_the_daemon_dies_under_a_launch(skyd_home: Path) -> 
     says so, re-attaches, and ends with the job's output (it used to die with "internal
     error: IncompleteRead")."""
     d = DaemonProc().start()
-    env = {**os.environ, "SKYD_NO_AUTOSTART": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "SKYD_NO_AUTOSTART": "1", "PYTHONPATH": guarded_pythonpath()}
     cmd = [sys.executable, "-m", "skyd.cli.main", "launch", "-y", "-c", "re",
            "echo first; sleep 4; echo second-line"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

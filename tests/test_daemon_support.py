@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def guarded_pythonpath() -> str:
+    """PYTHONPATH of the processes tests start: the network guard's sitecustomize first."""
+    return os.pathsep.join([str(REPO / "tests" / "fakes" / "netguard"), str(REPO)])
 SKYD_BIN = Path(sys.executable).parent / "skyd"
 
 
@@ -34,7 +39,7 @@ def answers(path: str) -> bool:
 
 class DaemonProc:
     def __init__(self, **env: str) -> None:
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        self.env = {**os.environ, "PYTHONPATH": guarded_pythonpath(), **env}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProc:

@@ -203,3 +203,26 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
     assert "hello-from-gce" in env.ok("logs", name, "1", "--no-follow").stdout
     env.ok("down", name, "-y")
     _nothing_left(gce)
+
+
+GPU_TASK = ("resources:\n  infra: gcp/us-central1/us-central1-a\n  accelerators: T4:1\n"
+            "run: nvidia-smi --query-gpu=name --format=csv,noheader\n")
+
+
+def test_gpu_nodes_prove_their_gpus_before_the_cluster_is_up(env: GEnv, gce: FakeGCE, tmp_path: Path) -> None:
+    """The pipeline asks every node's agent for its GPUs (any provider): the default Deep
+    Learning VM image with the driver metadata shows the T4; a user image without the NVIDIA
+    driver fails the launch naming the provider, the location and the image, nothing left."""
+    y = write(tmp_path / "gpu.yaml", GPU_TASK)
+    r = env.ok("launch", "-y", "-c", "ggpu", str(y), timeout=180)
+    assert "Tesla T4" in r.stdout, r.stdout
+    assert "GPUs confirmed by the node agents: T4:1 per node" in r.stdout + r.stderr, r.stdout
+    assert {i["key"]: i["value"] for i in gce.inserts[-1]["metadata"]["items"]}["install-nvidia-driver"] == "True"
+    env.ok("down", "ggpu", "-y")
+    _nothing_left(gce)
+    r = _launch_fails(tmp_path, "gnodrv", GPU_TASK.replace("T4:1\n", "T4:1\n  image_id: my-plain-debian\n"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    for words in ("gcp/us-central1/us-central1-a", "my-plain-debian", "nvidia-smi", "resources.image_id"):
+        assert words in r.stderr, (words, r.stdout, r.stderr)
+    assert env.status("gnodrv") is None
+    _nothing_left(gce)

@@ -24,6 +24,7 @@ def gcp_environ(gce: FakeGCE, creds: Path, guard_log: Path) -> dict[str, str]:
     return {
         "GOOGLE_APPLICATION_CREDENTIALS": str(creds),
         "SKYD_GCP_COMPUTE_URL": gce.url,
+        "SKYD_GCP_OSLOGIN_URL": gce.oslogin_url,
         "SKYD_GCP_SSH_PORT": str(gce.ssh_port),
         "SKYD_GCP_POLL_S": "0.05",
         "SKYD_NETGUARD_LOG": str(guard_log),

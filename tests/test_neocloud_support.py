@@ -27,7 +27,8 @@ def runpod_env(fake: Any, key: str | None = None) -> dict[str, str]:
 
 def vultr_env(fake: Any, key: str | None = None) -> dict[str, str]:
     return {"VULTR_API_KEY": key or next(iter(fake.keys)), "SKYD_VULTR_API_URL": fake.api_url,
-            "SKYD_VULTR_POLL_S": POLL, "SKYD_VULTR_SSH_PORT": str(fake.ssh_port)}
+            "SKYD_VULTR_POLL_S": POLL, "SKYD_VULTR_SSH_PORT": str(fake.ssh_port),
+            "SKYD_NODE_READY_POLL_S": POLL}
 
 
 def hotaisle_env(fake: Any, key: str | None = None) -> dict[str, str]:

@@ -104,17 +104,53 @@ async def test_catalog_refresh_reads_metal_and_gpu_plans(cloud: VultrCloud, tmp_
 
 async def test_amd_launch_log_names_the_image_and_how_to_set_a_rocm_one(
         cloud: VultrCloud, fake: FakeVultr) -> None:
-    """Vultr documents no ROCm image for its AMD plans: the launch log says which OS it
-    used and how to pick a ROCm image; a chosen image is named without the advice."""
+    """Vultr publishes no ROCm image for its AMD plans: the default OS gets ROCm installed at
+    first boot, and the launch log says so and how to pick a ROCm image instead; a chosen
+    image is named without the advice."""
     p = cloud.provisioner()
     lines: list[str] = []
     h = await p.provision(request("vur", offer("vultr", MI8)), lines.append)
     await p.terminate(h, lambda _: None)
     (note,) = [ln for ln in lines if "Image:" in ln]
-    assert "os_id 1743" in note and "ROCm" in note and "image_id" in note and "vultr.os_id" in note
+    assert "os_id 1743" in note and "ROCm" in note and "first boot" in note
+    assert "image_id" in note and "vultr.os_id" in note
     lines.clear()
+    fake.rocm_images.add("rocm-snap-1")  # the user's snapshot has ROCm
     h = await p.provision(request("vur2", offer("vultr", MI8), image_id="rocm-snap-1"), lines.append)
     await p.terminate(h, lambda _: None)
     (note,) = [ln for ln in lines if "Image:" in ln]
     assert "rocm-snap-1" in note and "ROCm" not in note.replace("rocm-snap-1", "")
     assert fake.creates[-1]["image_id"] == "rocm-snap-1"
+
+
+async def test_default_amd_image_gets_rocm_and_the_agent_sees_the_gpus(cloud: VultrCloud, fake: FakeVultr) -> None:
+    """The default OS alone has no ROCm (the fake shows no GPU to amd-smi there): skyd sends
+    the user data that installs it, waits for its first-boot setup, and only then deploys the
+    agent, whose detection finds the 8 MI300X."""
+    import base64
+
+    from skyd.clouds import gpucheck
+    from skyd.clouds.vultr import rocm
+
+    p = cloud.provisioner()
+    lines: list[str] = []
+    h = await p.provision(request("vurocm", offer("vultr", MI8)), lines.append)
+    body = fake.creates[-1]
+    assert body["os_id"] == 1743
+    script = base64.b64decode(body["user_data"]).decode()
+    assert rocm.AMDGPU_INSTALL_URL in script and "amdgpu-dkms rocm" in script and "reboot" in script
+    assert any("waiting for first-boot setup" in x for x in lines), lines
+    assert h.extra.get(gpucheck.CONFIRMED) is True  # 8 MI300X seen by the agent
+    await p.terminate(h, lambda _: None)
+
+
+async def test_a_user_image_without_rocm_fails_with_the_image_named(cloud: VultrCloud, fake: FakeVultr) -> None:
+    req = request("vunorocm", offer("vultr", MI8), image_id="plain-ubuntu-snap")
+    with pytest.raises(ResourcesUnavailableError) as ei:
+        await cloud.provisioner().provision(req, lambda _: None)
+    e = ei.value
+    assert e.scope == "stop" and e.field == "resources.image_id" and "plain-ubuntu-snap" in e.message
+    assert "vultr/" in e.message and "ROCm" in e.message and "amd-smi" in e.message, e.message
+    assert "user_data" not in fake.creates[-1]
+    await cloud.provisioner().forget(req.partial())
+    assert fake.live() == []

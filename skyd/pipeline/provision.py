@@ -5,7 +5,9 @@ One attempt (docs/providers.md, "Lifecycle"):
    candidate's infra is checked for the features it cannot serve (`Cloud.unsupported`);
 2. the partial handle (cloud, region, zone, tag) is written to SQLite, in one transaction,
    before the provider's first create call;
-3. `provision` runs under the cloud's deadline (`Cloud.attempt_timeout()`);
+3. `provision` runs under the cloud's deadline (`Cloud.attempt_timeout()`), and then, still
+   under it, every node's agent must report the ordered GPUs (`skyd.clouds.gpucheck`: vendor,
+   model and count, whatever the provider);
 4. a failure is recorded on the request (stage PROVISION failed, with its scope), what the
    attempt made is removed (`Provisioner.forget`), and its scope is blocked: the zone, the
    region, the whole cloud (also for credential errors and hung attempts past the
@@ -25,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     FEATURE_FIELDS,
     ClusterHandle,
@@ -217,7 +220,14 @@ async def _attempt(
     handle: ClusterHandle | None = None
     try:
         with anyio.move_on_after(timeout) as deadline:
-            handle = await backend.provision(req, ctx.log)
+            made = await backend.provision(req, ctx.log)
+            if made is not None and made.accelerators and not made.extra.get(gpucheck.CONFIRMED):
+                # every node proves its GPUs before the cluster is UP (all providers)
+                await gpucheck.confirm(cloud.provisioner(), made, image=req.image_id,
+                                       user_image=bool(req.image_id))
+                ctx.log("GPUs confirmed by the node agents: " + ", ".join(
+                    f"{a}:{c:g}" for a, c in made.accelerators.items()) + " per node")
+            handle = made  # only a handle whose GPUs are confirmed is ever saved UP
         if handle is None or deadline.cancelled_caught:
             err = ResourcesUnavailableError(
                 f"provisioning did not finish within {timeout:g}s (the provider's API hung)",

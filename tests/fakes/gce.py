@@ -37,9 +37,59 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.loopback import LoopbackFake, free_port
+from tests.fakes.specs import Spec
 from tests.fakes.sshhost import FakeSSHHost
 
 PROJECT = "skyd-test-project"
+
+
+def compute_discovery_path() -> Path:
+    """compute.v1.json as google-api-python-client ships it (its package data, not a copy)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("googleapiclient")  # located, not imported
+    assert spec is not None and spec.submodule_search_locations, "pip install '.[dev]'"
+    return Path(list(spec.submodule_search_locations)[0]) / "discovery_cache" / "documents" / "compute.v1.json"
+
+
+_COMPUTE: Spec | None = None
+
+
+def compute_spec() -> Spec:
+    global _COMPUTE
+    if _COMPUTE is None:
+        _COMPUTE = Spec.discovery(compute_discovery_path())
+    return _COMPUTE
+
+
+#: machine series that attach Hyperdisk only (Compute Engine docs, "Machine series comparison").
+HYPERDISK_ONLY = ("a4-", "a4x-", "a3-ultragpu-", "c4-", "c4a-", "c4d-", "n4-", "n4a-", "n4d-",
+                  "x4-", "m4-", "h4d-", "g4-")
+#: GPUs that come with accelerator-optimized machine types (Compute Engine "GPU machine types").
+_BUILTIN = (("a2-highgpu-", "A100"), ("a2-megagpu-", "A100"), ("a2-ultragpu-", "A100-80GB"),
+            ("a3-highgpu-", "H100"), ("a3-edgegpu-", "H100"), ("a3-megagpu-", "H100-MEGA"),
+            ("a3-ultragpu-", "H200"), ("a4-highgpu-", "B200"))
+_G2_L4 = {"4": 1, "8": 1, "12": 1, "16": 1, "32": 1, "24": 2, "48": 4, "96": 8}
+_ACCEL_TYPES = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100", "nvidia-tesla-p100": "P100",
+                "nvidia-tesla-p4": "P4", "nvidia-l4": "L4", "nvidia-tesla-a100": "A100",
+                "nvidia-a100-80gb": "A100-80GB"}
+#: public image projects whose images carry the NVIDIA driver once ``install-nvidia-driver`` is
+#: set (Deep Learning VM: "the driver is installed at first boot when the metadata key is True").
+DLVM_PROJECT = "deeplearning-platform-release"
+
+
+def gpus_of(body: dict[str, Any]) -> tuple[str, int] | None:
+    """(model, count) of the GPUs an insert body asks for, or None."""
+    mtype = str(body["machineType"]).rsplit("/", 1)[-1]
+    for prefix, model in _BUILTIN:
+        if mtype.startswith(prefix):
+            return model, int(mtype.rsplit("-", 1)[-1].rstrip("g") or 1)
+    if mtype.startswith("g2-standard-"):
+        return "L4", _G2_L4.get(mtype.rsplit("-", 1)[-1], 1)
+    for acc in body.get("guestAccelerators") or []:
+        name = str(acc.get("acceleratorType", "")).rsplit("/", 1)[-1]
+        return _ACCEL_TYPES.get(name, name), int(acc.get("acceleratorCount") or 0)
+    return None
 EMAIL = "skyd-test@skyd-test-project.iam.gserviceaccount.com"
 POINTS = ("before_create", "after_create", "before_running")
 
@@ -67,6 +117,10 @@ class FakeGCE(LoopbackFake):
         self.fail_next: list[dict[str, Any]] = []  # the next inserts anywhere fail, in order
         self.server_s = 0.0  # time spent answering compute requests (benchmarks)
         self.absent_types: set[tuple[str, str]] = set()
+        self.rejected: list[tuple[str, list[str]]] = []  # (method, what the spec refused)
+        self.driver_images: set[str] = set()  # user images that carry the NVIDIA driver
+        self.project_metadata: list[dict[str, str]] = []  # commonInstanceMetadata items
+        self.oslogin_keys: dict[str, list[str]] = {}  # OS Login POSIX user -> imported keys
         self.refuse_tokens = False
         self.tokens: set[str] = set()
         self.token_requests = 0
@@ -79,6 +133,17 @@ class FakeGCE(LoopbackFake):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/compute/v1"
+
+    @property
+    def oslogin_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/oslogin/v1"
+
+    def enable_oslogin(self) -> None:
+        self.project_metadata = [{"key": "enable-oslogin", "value": "TRUE"}]
+
+    @property
+    def oslogin(self) -> bool:
+        return any(i["key"] == "enable-oslogin" and i["value"].lower() == "true" for i in self.project_metadata)
 
     @property
     def token_url(self) -> str:
@@ -106,6 +171,10 @@ class FakeGCE(LoopbackFake):
         self.failures.clear()
         self.absent_types.clear()
         self.refuse_tokens = False
+        self.rejected.clear()
+        self.driver_images.clear()
+        self.project_metadata = []
+        self.oslogin_keys.clear()
 
     def reuse_ips_from(self, first: int) -> None:
         """Hand out addresses from 127.0.0.<first> again (a cloud reusing addresses)."""
@@ -147,6 +216,7 @@ class FakeGCE(LoopbackFake):
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/token", self._token)
+        app.router.add_post("/oslogin/v1/users/{user}", self._oslogin_import)
         app.router.add_route("*", "/compute/v1/projects/{project}", self._dispatch)
         app.router.add_route("*", "/compute/v1/projects/{project}/{rest:.*}", self._dispatch)
         return app
@@ -202,6 +272,24 @@ class FakeGCE(LoopbackFake):
         self.tokens.add(tok)
         return web.json_response({"access_token": tok, "expires_in": 3600, "token_type": "Bearer"})
 
+    async def _oslogin_import(self, request: web.Request) -> web.Response:
+        """OS Login ``users.importSshPublicKey`` (oslogin v1): ``users/{user}:importSshPublicKey``,
+        body ``{"key": ...}``, query ``projectId``; answers the login profile."""
+        if request.headers.get("Authorization", "").removeprefix("Bearer ") not in self.tokens:
+            return self._err(401, "Request had invalid authentication credentials.", "authError")
+        user, _, verb = request.match_info["user"].partition(":")
+        body = await request.json()
+        if verb != "importSshPublicKey" or set(body) - {"key", "expirationTimeUsec", "name"} or "key" not in body:
+            return self._err(400, f"Invalid JSON payload for {verb}: {sorted(body)}", "invalid")
+        if user != EMAIL:
+            return self._err(403, f"The caller does not have permission for users/{user}", "forbidden")
+        posix = "sa_" + str(abs(hash(user)) % 10**12)
+        self.oslogin_keys.setdefault(posix, []).append(str(body["key"]))
+        return web.json_response({"loginProfile": {"name": user, "posixAccounts": [
+            {"primary": True, "username": posix, "uid": "1001", "gid": "1001",
+             "homeDirectory": f"/home/{posix}", "operatingSystemType": "LINUX",
+             "accountId": request.query.get("projectId", self.project)}]}})
+
     async def _dispatch(self, request: web.Request) -> web.Response:
         t0 = time.perf_counter()
         try:
@@ -220,7 +308,9 @@ class FakeGCE(LoopbackFake):
         parts = [p for p in request.match_info.get("rest", "").split("/") if p]
         m = request.method
         if not parts and m == "GET":
-            return web.json_response({"kind": "compute#project", "name": self.project, "id": "42"})
+            return web.json_response({"kind": "compute#project", "name": self.project, "id": "42",
+                                      "commonInstanceMetadata": {"kind": "compute#metadata",
+                                                                 "items": self.project_metadata}})
         if parts[:1] == ["zones"] and len(parts) >= 3:
             zone = parts[1]
             if zone not in self.zones:
@@ -292,10 +382,48 @@ class FakeGCE(LoopbackFake):
     def _view(self, inst: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in inst.items() if k not in ("metadata_tag",)}
 
+    def _invalid(self, body: dict[str, Any], schema: str, method: str) -> web.Response | None:
+        """400 for a body the published Compute API would refuse (compute.v1.json plus the
+        cross-field rules its descriptions and the Compute Engine docs state)."""
+        errs = compute_spec().check(body, schema, "resource", method=method)
+        if schema == "Instance" and not errs:
+            errs = self._instance_rules(body)
+        if not errs:
+            return None
+        self.rejected.append((method, errs))
+        return self._err(400, "Invalid value for field " + "; ".join(errs), "invalid")
+
+    def _instance_rules(self, body: dict[str, Any]) -> list[str]:
+        sched = body.get("scheduling") or {}
+        mtype = str(body["machineType"]).rsplit("/", 1)[-1]
+        out = []
+        spot = sched.get("provisioningModel") == "SPOT" or sched.get("preemptible") is True
+        if spot and sched.get("onHostMaintenance", "TERMINATE") != "TERMINATE":
+            # Scheduling.onHostMaintenance: "For preemptible instances, the default and only
+            # possible behavior is TERMINATE."
+            out.append("'resource.scheduling.onHostMaintenance': 'MIGRATE'. Scheduling must "
+                       "have preemptible be false when OnHostMaintenance isn't TERMINATE.")
+        if spot and sched.get("automaticRestart") is True:
+            out.append("'resource.scheduling.automaticRestart': Preemptible instances cannot be "
+                       "automatically restarted.")
+        if gpus_of(body) and sched.get("onHostMaintenance", "MIGRATE") != "TERMINATE":
+            out.append("'resource.scheduling.onHostMaintenance': Instances with guest "
+                       "accelerators do not support live migration.")
+        if mtype.startswith(HYPERDISK_ONLY):
+            for d in body.get("disks") or []:
+                dt = str((d.get("initializeParams") or {}).get("diskType", "pd-standard")).rsplit("/", 1)[-1]
+                if not dt.startswith("hyperdisk-"):
+                    out.append(f"'resource.disks[0].initializeParams.diskType': '{dt}'. "
+                               f"Machine type {mtype} does not support disk type {dt}; use Hyperdisk.")
+        return out
+
     async def _insert(self, request: web.Request, zone: str, insts: dict[str, Any]) -> web.Response:
         body = await request.json()
         self.inserts.append(body | {"zone": zone})
         await self.wait_pause("before_create")
+        bad = self._invalid(body, "Instance", "compute.instances.insert")
+        if bad is not None:
+            return bad
         name = str(body["name"])
         mtype = str(body["machineType"]).rsplit("/", 1)[-1]
         if (zone, mtype) in self.absent_types:
@@ -348,10 +476,33 @@ class FakeGCE(LoopbackFake):
         nic["accessConfigs"][0]["natIP"] = h.host
         inst["status"] = "RUNNING"
 
+    def gpu_profile(self, inst: dict[str, Any]) -> str:
+        """What nvidia-smi shows on the VM: its GPUs when the image has the driver (a Deep
+        Learning VM image booted with ``install-nvidia-driver: True``, or an image registered
+        in ``driver_images``), else nothing (no driver: no nvidia-smi)."""
+        gpus = gpus_of(inst)
+        if gpus is None:
+            return "none"
+        image = str(((inst.get("disks") or [{}])[0].get("initializeParams") or {}).get("sourceImage", ""))
+        meta = {i["key"]: i["value"] for i in (inst.get("metadata") or {}).get("items") or []}
+        dlvm = f"projects/{DLVM_PROJECT}/" in image and str(meta.get("install-nvidia-driver")).lower() == "true"
+        if not (dlvm or image in self.driver_images):
+            return "none"
+        return f"nvidia:{gpus[0]}:{gpus[1]}"
+
     async def _new_host(self, name: str, inst: dict[str, Any]) -> FakeSSHHost:
+        """With OS Login on, the guest ignores ``ssh-keys`` metadata: only keys imported to an
+        OS Login profile log in, as that profile's POSIX user."""
         root = self.root / name
-        line = inst["ssh_keys"].split(":", 1)[1] if ":" in inst["ssh_keys"] else ""
-        return await self.add_host(name, root, line, port=self.ssh_port)
+        if self.oslogin:
+            users = sorted(self.oslogin_keys)
+            line = self.oslogin_keys[users[0]][-1] if users else "ssh-ed25519 AAAAnone"
+        else:
+            line = inst["ssh_keys"].split(":", 1)[1] if ":" in inst["ssh_keys"] else ""
+        h = await self.add_host(name, root, line, port=self.ssh_port, gpu=self.gpu_profile(inst))
+        if self.oslogin:
+            h.users = set(self.oslogin_keys)
+        return h
 
     async def _delete(self, zone: str, name: str) -> None:
         self.instances.get(zone, {}).pop(name, None)
@@ -371,6 +522,9 @@ class FakeGCE(LoopbackFake):
         m = request.method
         if not rest and m == "POST":
             body = await request.json()
+            bad = self._invalid(body, "Firewall", "compute.firewalls.insert")
+            if bad is not None:
+                return bad
             if body["name"] in self.firewalls:
                 return self._err(409, f"firewall {body['name']} already exists", "alreadyExists")
             self.firewalls[body["name"]] = body
@@ -384,7 +538,11 @@ class FakeGCE(LoopbackFake):
         if m == "GET":
             return web.json_response(fw)
         if m == "PATCH":
-            fw.update(await request.json())
+            body = await request.json()
+            bad = self._invalid(body, "Firewall", "compute.firewalls.patch")
+            if bad is not None:
+                return bad
+            fw.update(body)
             return web.json_response(self._op(None, "patch", rest[0]))
         if m == "DELETE":
             self.firewalls.pop(rest[0], None)

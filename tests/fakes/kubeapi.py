@@ -26,6 +26,19 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 TOKEN = "fake-kube-token"
+_KUBE: Any = None
+
+
+def kube_spec() -> Any:
+    """core/v1 as the kubernetes_asyncio client's generated models describe it."""
+    global _KUBE
+    if _KUBE is None:
+        from kubernetes_asyncio.client import models
+
+        from tests.fakes.specs import Spec
+
+        _KUBE = Spec.kubernetes(models)
+    return _KUBE
 
 
 def gpu_node(name: str, labels: dict[str, str], *, cpu: str = "32", memory: str = "128Gi",
@@ -103,6 +116,7 @@ class FakeKube:
         self.user = user
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.rejected: list[list[str]] = []  # what the core/v1 models refused, per request
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.forbidden: set[str] = set()
         self.bad_images: set[str] = set()
@@ -248,9 +262,23 @@ class FakeKube:
         ns = request.match_info["ns"]
         return self._pod_list([p for (n, _), p in self.pods.items() if n == ns], request)
 
+    def _invalid(self, body: Any, kind: str) -> web.Response | None:
+        """400 for a body that does not fit the core/v1 model (kubernetes_asyncio's generated
+        models). A real server drops unknown fields with a warning (fieldValidation=Warn)
+        and refuses wrong types; this fake refuses both: a dropped field is a misreading."""
+        errs = kube_spec().check(body, kind, kind.removeprefix("V1").lower())
+        if not errs:
+            return None
+        self.rejected.append(errs)
+        return _status(400, "BadRequest", f"{kind.removeprefix('V1')} in version \"v1\" cannot be "
+                       f"handled: {'; '.join(errs)}")
+
     async def _create_pod(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]
         body = await request.json()
+        bad = self._invalid(body, "V1Pod")
+        if bad is not None:
+            return bad
         name = body["metadata"]["name"]
         if (ns, name) in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
@@ -391,6 +419,9 @@ class FakeKube:
     async def _create_service(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]
         body = await request.json()
+        bad = self._invalid(body, "V1Service")
+        if bad is not None:
+            return bad
         name = body["metadata"]["name"]
         if (ns, name) in self.services:
             return _status(409, "AlreadyExists", f'services "{name}" already exists')

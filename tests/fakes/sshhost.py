@@ -35,6 +35,23 @@ GPU_PROFILES = {
     "mi300x": {"amd-smi": DATA / "amd-smi-mi300x-rocm6.json"},
     "mi355x": {"amd-smi": DATA / "amd-smi-mi355x-rocm7.json"},
 }
+#: what nvidia-smi prints as the name of each GPU model (``gpu="nvidia:<MODEL>:<N>"`` hosts).
+NVIDIA_SMI_NAMES = {
+    "T4": ("Tesla T4", 15360), "L4": ("NVIDIA L4", 23034), "V100": ("Tesla V100-SXM2-16GB", 16384),
+    "P100": ("Tesla P100-PCIE-16GB", 16384), "A100": ("NVIDIA A100-SXM4-40GB", 40960),
+    "A100-80GB": ("NVIDIA A100-SXM4-80GB", 81920), "H100": ("NVIDIA H100 80GB HBM3", 81559),
+    "H100-MEGA": ("NVIDIA H100 80GB HBM3", 81559), "H200": ("NVIDIA H200", 143771),
+    "B200": ("NVIDIA B200", 183359), "L40S": ("NVIDIA L40S", 46068),
+}
+
+
+def nvidia_smi_text(model: str, count: int) -> str:
+    """``nvidia-smi --query-gpu=name,memory.total,uuid --format=csv,noheader,nounits`` of a
+    node with ``count`` GPUs of ``model`` (the line form of tests/data/ssh/nvidia-smi-h100x8.txt)."""
+    name, mem = NVIDIA_SMI_NAMES.get(model, (f"NVIDIA {model}", 0))
+    return "".join(f"{name}, {mem}, GPU-00000000-0000-4000-8000-{i:012d}\n" for i in range(count))
+
+
 SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -74,6 +91,8 @@ class _Server(asyncssh.SSHServer):
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         if self.host.reject_auth:
+            return False
+        if self.host.users is not None and username not in self.host.users:
             return False
         return key.export_public_key() in self.host._authorized
 
@@ -136,6 +155,7 @@ class FakeSSHHost:
         for k in keys:
             self.authorize(k)
         self.reject_auth = False
+        self.users: set[str] | None = None  # None: any user name; else only these log in
         self.drop_after_sftp_writes: int | None = None
         self.sftp_writes = 0
         self.drops = 0
@@ -161,8 +181,18 @@ class FakeSSHHost:
         self.home.mkdir(parents=True, exist_ok=True)
         fakebin = self.root / "fakebin"
         fakebin.mkdir(exist_ok=True)
-        # a profile name, or {tool: file it prints} (fakes that model what an image shows)
-        profile = self.gpu if isinstance(self.gpu, dict) else GPU_PROFILES[self.gpu]
+        # a profile name, {tool: file it prints} (fakes that model what an image shows), or
+        # nvidia:<MODEL>:<N>
+        profile: dict[str, Path] = {}
+        if isinstance(self.gpu, dict):
+            profile = dict(self.gpu)
+        elif self.gpu.startswith("nvidia:"):
+            _, model, n = self.gpu.split(":")
+            data = self.root / "nvidia-smi.txt"
+            data.write_text(nvidia_smi_text(model, int(n)))
+            profile["nvidia-smi"] = data
+        else:
+            profile = dict(GPU_PROFILES[self.gpu])
         for tool, data in profile.items():
             script = fakebin / tool
             script.write_text(f"#!/bin/sh\ncat {data}\n")

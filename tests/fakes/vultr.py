@@ -8,11 +8,21 @@ create (status ``pending``, ``main_ip`` "0.0.0.0" until it is ``active``), lists
 API token.", no capacity a 400 saying the plan is not available in the region. Every server
 shares one SSH port (``ssh_port``, what ``SKYD_VULTR_SSH_PORT`` says), each on its own
 loopback address; its sshd accepts the key uploaded to /ssh-keys and named in ``sshkey_id``.
+
+A server behaves like the image it was booted from: the GPUs of an AMD plan (``...-mi300x-gpu``)
+show to ``amd-smi`` only when the image has ROCm, i.e. an ``image_id`` in ``rocm_images`` (a
+user's ROCm snapshot), or an OS whose ``user_data`` (base64 cloud-init) installs the
+``amdgpu-dkms`` driver and ``rocm``: then the server first boots without them, and after
+``setup_s`` "reboots" with the GPUs visible and the marker its setup unit writes
+(``~/.skyd-rocm-ready``). Plain Ubuntu (``os_id`` 1743) has no amd-smi and shows no GPU.
+Cloud GPU VMs (``vcg-*``) come with the NVIDIA driver (``gpu`` profile as set).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 from typing import Any
 
 from aiohttp import web
@@ -29,8 +39,47 @@ PLANS = [{"id": "vcg-a100-12c-120g-80vram", "vcpu_count": 12, "ram": 122880, "gp
           "gpu_type": "NVIDIA_A100", "hourly_cost": 2.6, "monthly_cost": 1750.0, "locations": ["ewr"]}]
 
 
+def installs_rocm(user_data: str | None) -> bool:
+    """Whether a create's ``user_data`` installs the ROCm driver stack at first boot."""
+    if not user_data:
+        return False
+    try:
+        script = base64.b64decode(user_data, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return "amdgpu-dkms" in script and "rocm" in script and "reboot" in script
+
+
 class FakeVultr(NeoFake):
     provider = "vultr"
+    setup_s = 0.3  # how long a ROCm first-boot install takes (then a reboot)
+    rocm_images: set[str] = set()  # user image ids that carry ROCm (set per test)
+
+    def image_gpu(self, srv: dict[str, Any]) -> str:
+        """The GPU profile the server shows now: its plan's GPUs if its image has the driver."""
+        if not str(srv["plan"]).endswith("-mi300x-gpu"):
+            return self.gpu if str(srv["plan"]).startswith("vcg-") else "none"
+        if srv.get("image_id") and srv["image_id"] in self.rocm_images:
+            return "mi300x"
+        return "mi300x" if srv.get("_rocm_ready") else "none"
+
+    async def _new_host(self, mid: str, public_key: str) -> FakeSSHHost:
+        return await self.add_host(mid, self.root / f"{self.provider}-{mid}", public_key,
+                                   port=self.ssh_port if self.shared_ssh_port else 0,
+                                   gpu=self.image_gpu(self.machines[mid]))
+
+    async def _first_boot_setup(self, srv: dict[str, Any]) -> None:
+        """The user data's install, then the reboot into the driver (GPUs and marker appear)."""
+        await asyncio.sleep(self.setup_s)
+        h = self.hosts.get(srv["id"])
+        if h is None or srv["id"] not in self.machines:
+            return
+        await h.stop()
+        srv["_rocm_ready"] = True
+        h.gpu = self.image_gpu(srv)
+        (h.home / ".skyd-rocm-ready").parent.mkdir(parents=True, exist_ok=True)
+        (h.home / ".skyd-rocm-ready").write_text("")
+        await h.start()
 
     @property
     def api_url(self) -> str:
@@ -113,7 +162,8 @@ class FakeVultr(NeoFake):
         srv = {"id": sid, "label": b["label"], "plan": b["plan"], "region": b["region"],
                "status": "pending", "power_status": "running", "main_ip": "0.0.0.0",
                "internal_ip": "", "os_id": b.get("os_id"), "image_id": b.get("image_id", ""),
-               "tags": b.get("tags") or [], "_kind": kind, "_key": keys[0] if keys else ""}
+               "tags": b.get("tags") or [], "_kind": kind, "_key": keys[0] if keys else "",
+               "_installs_rocm": installs_rocm(b.get("user_data"))}
         self.machines[sid] = srv
         asyncio.get_running_loop().create_task(self._boot(srv))
         await self.wait_pause("after_create")
@@ -122,11 +172,14 @@ class FakeVultr(NeoFake):
     async def _boot(self, srv: dict[str, Any]) -> None:
         def up(h: FakeSSHHost) -> None:
             srv["main_ip"], srv["status"] = h.host, "active"
+            if srv["_installs_rocm"] and not srv.get("_rocm_ready"):
+                asyncio.get_running_loop().create_task(self._first_boot_setup(srv))
 
         await self.boot(srv["id"], srv["_key"], up)
 
     def clear(self) -> None:
         super().clear()
+        self.rocm_images = set()
 
     @property
     def ssh_keys(self) -> list[dict[str, Any]]:

@@ -6,6 +6,13 @@ Credentials and endpoints are botocore's: environment (``AWS_ACCESS_KEY_ID``...,
 instance roles; ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_<SERVICE>`` and the profile's
 ``endpoint_url`` point the clients elsewhere (a moto server in tests).
 
+Instance metadata (169.254.169.254, the last link of the chain) is asked only on a machine
+that shows a sign of being an EC2 instance (`on_ec2`: the DMI vendor, board asset tag or
+hypervisor uuid EC2 writes, or ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` set); elsewhere
+``AWS_EC2_METADATA_DISABLED`` is set for the daemon's botocore, so a machine without AWS keys
+spends no second of ``skyd check`` or a dry run on a metadata timeout. An explicit
+``AWS_EC2_METADATA_DISABLED`` is kept either way.
+
 ``SKYD_AWS_LOOPBACK_ONLY=1`` (set by the test suite): every endpoint must be a 127.0.0.0/8
 address and instance metadata is never asked for credentials, so nothing outside this
 machine can be reached.
@@ -59,6 +66,25 @@ def guard_endpoint(service: str) -> None:
         )
 
 
+_DMI = ("/sys/devices/virtual/dmi/id/sys_vendor", "/sys/devices/virtual/dmi/id/board_asset_tag",
+        "/sys/devices/virtual/dmi/id/bios_vendor", "/sys/hypervisor/uuid")
+
+
+def on_ec2(files: tuple[str, ...] = _DMI) -> bool:
+    """Whether this machine looks like an EC2 instance (local files only, no network)."""
+    if os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT"):
+        return True
+    for path in files:
+        try:
+            with open(path) as f:
+                text = f.read(256).strip().lower()
+        except OSError:
+            continue
+        if "amazon" in text or text.startswith(("ec2", "i-")):
+            return True
+    return False
+
+
 class Clients:
     """One aiobotocore session; clients opened on first use and kept until ``close``."""
 
@@ -73,7 +99,7 @@ class Clients:
         if self._session is None:
             from aiobotocore.session import get_session
 
-            if loopback_only():
+            if loopback_only() or not on_ec2():
                 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
             self._session = get_session()
         return self._session

@@ -130,8 +130,13 @@ class ComputeAPI:
     async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
                    body: dict[str, Any] | None = None) -> dict[str, Any]:
         """``method`` on ``projects/<project>/<path>`` (``path`` "" is the project itself)."""
-        session, tokens = self._ensure()
         url = f"{self.base}/projects/{self.project}" + (f"/{path}" if path else "")
+        return await self.call_url(method, url, params=params, body=body)
+
+    async def call_url(self, method: str, url: str, *, params: dict[str, str] | None = None,
+                       body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One authorised request to any Google API URL (e.g. OS Login's)."""
+        session, tokens = self._ensure()
         for attempt in (1, 2):
             headers = {"Authorization": f"Bearer {await tokens.get()}"}
             self.calls += 1

@@ -8,6 +8,7 @@
 | ``VPC_NOT_FOUND`` (networks are global), "Requested disk size cannot be smaller than the image size" | cloud |
 | ``SUBNET_NOT_FOUND_FOR_VPC`` | region |
 | the image does not exist | stop (no other zone can help) |
+| any other 400 ``invalid`` / ``badRequest`` ("Invalid value for field ...": a body the API refuses, e.g. a spot VM with ``onHostMaintenance: MIGRATE``) | stop: every zone would refuse it the same way |
 | HTTP 401, ``IAM_PERMISSION_DENIED``, 403 ``forbidden`` / "Required '...' permission", "Policy update access denied." | CredentialsError (the cloud is blocked, its check marked failed) |
 """
 
@@ -21,6 +22,8 @@ ZONE_CODES = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHA
                         "UNSUPPORTED_OPERATION", "RESOURCE_NOT_READY", "RESOURCE_NOT_FOUND",
                         "resourceNotReady", "resourceNotFound", "notFound"})
 QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded", "rateLimitExceeded"})
+INVALID_CODES = frozenset({"invalid", "badRequest", "INVALID_ARGUMENT", "invalidParameter",
+                           "INVALID_FIELD_VALUE", "required"})
 PERMISSION_CODES = frozenset({"IAM_PERMISSION_DENIED", "forbidden", "PERMISSION_DENIED",
                               "insufficientPermissions", "UNAUTHENTICATED", "authError"})
 
@@ -48,6 +51,8 @@ def _one(code: str, msg: str, status: int) -> tuple[FailoverScope | None, str]:
         return "zone", "the zone is out of capacity for this machine"
     if code in ZONE_CODES or "was not found" in msg or "is not found or access is unauthorized" in msg:
         return "zone", "the zone cannot serve this request"
+    if code in INVALID_CODES or msg.startswith("Invalid value for field"):
+        return "stop", "the Compute API refused the request as invalid"
     return "zone", "unrecognised error"
 
 
@@ -77,7 +82,7 @@ def classify(e: GCEError, *, where: str, field: str | None = None) -> SkydError:
         hint = "request a higher GPUS_ALL_REGIONS quota (IAM & Admin > Quotas)"
     elif why.startswith("the machine type is not"):
         hint = "pick another zone or instance type (skyd show-gpus, the gcp catalog)"
-    elif scope == "stop":
+    elif scope == "stop" and why.startswith("the image"):
         hint = "check resources.image_id (gcloud compute images list)"
         field = field or "resources.image_id"
     return ResourcesUnavailableError(f"{where}: {why}", scope=scope, provider_message=_short(said),

@@ -8,7 +8,8 @@
 - Project: ``$SKYD_GCP_PROJECT``, ``$GOOGLE_CLOUD_PROJECT``, ``$CLOUDSDK_CORE_PROJECT``, the
   credentials' ``project_id`` / ``quota_project_id``, ``gcp.project_id`` in skyd's
   config.yaml, then gcloud's active configuration (``[core] project``).
-- Endpoints: ``$SKYD_GCP_COMPUTE_URL`` (default ``https://compute.googleapis.com/compute/v1``)
+- Endpoints: ``$SKYD_GCP_COMPUTE_URL`` (default ``https://compute.googleapis.com/compute/v1``),
+  ``$SKYD_GCP_OSLOGIN_URL`` (default ``https://oslogin.googleapis.com/v1``)
   and ``$SKYD_GCP_TOKEN_URL`` (replaces the credentials' ``token_uri``), for proxies and tests.
 - SSH: ``gcp.ssh_user`` (default ``skyd``), ``$SKYD_GCP_SSH_PORT`` / ``gcp.ssh_port``
   (default 22), ``gcp.use_internal_ips`` (reach nodes on their internal address, e.g. over a
@@ -29,6 +30,7 @@ from typing import Any
 from skyd.errors import CredentialsError
 
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
+OSLOGIN_URL = "https://oslogin.googleapis.com/v1"
 LOGIN_HINT = ("run `gcloud auth application-default login`, or point "
               "GOOGLE_APPLICATION_CREDENTIALS at a service-account key file")
 SUPPORTED_TYPES = ("service_account", "authorized_user", "impersonated_service_account",
@@ -104,6 +106,10 @@ def project_id(creds: Credentials | None, conf: dict[str, Any]) -> str | None:
 
 def compute_url() -> str:
     return (os.environ.get("SKYD_GCP_COMPUTE_URL") or COMPUTE_URL).rstrip("/")
+
+
+def oslogin_url() -> str:
+    return (os.environ.get("SKYD_GCP_OSLOGIN_URL") or OSLOGIN_URL).rstrip("/")
 
 
 def token_url() -> str | None:

@@ -8,10 +8,18 @@
   characters, keys start with a letter) plus ``skyd-cluster=<tag>`` and ``skyd-rank=<n>``:
   every instance skyd makes is found again by ``labels.skyd-cluster``.
 - GPUs: accelerator-optimized machine types (a2, a3, a4, g2) carry their GPUs; others (n1)
-  get ``guestAccelerators``. Any VM with a GPU has ``onHostMaintenance: TERMINATE``.
+  get ``guestAccelerators``. Any VM with a GPU has ``onHostMaintenance: TERMINATE`` (GPUs
+  cannot live-migrate), and the metadata key ``install-nvidia-driver: True``: the Deep
+  Learning VM images install the NVIDIA driver at first boot only when it is set.
 - Spot: ``provisioningModel: SPOT`` with ``instanceTerminationAction: DELETE`` (GCE removes a
   preempted VM and its disk, so nothing is left billing when the cluster row goes; `query`
   tells a preemption from a deletion by the zone's ``compute.instances.preempted`` operation).
+  Spot VMs (CPU-only ones too) have ``onHostMaintenance: TERMINATE`` and
+  ``automaticRestart: false``: the Compute API's ``Scheduling`` schema allows nothing else
+  for SPOT or preemptible VMs.
+- Boot disk: ``pd-balanced``, except on the machine series that attach Hyperdisk only
+  (`HYPERDISK_ONLY`: A4, A4X, A3 Ultra, C4, C4A, C4D, N4, X4, M4, H4D, G4), which get
+  ``hyperdisk-balanced``; the insert of such a VM with a Persistent Disk is refused.
 - Ports: one firewall rule per cluster, ``skyd-<tag>``, allowing tcp 22 and the task's ports
   to instances with the network tag ``skyd-<tag>`` (firewall rules have no labels: the name
   and description carry the tag).
@@ -44,7 +52,13 @@ ACCELERATOR_TYPES = {
     "H100-MEGA": "nvidia-h100-mega-80gb", "H200": "nvidia-h200-141gb", "B200": "nvidia-b200",
 }
 #: machine families whose GPUs come with the machine type (no guestAccelerators).
-ACCELERATOR_OPTIMIZED = ("a2-", "a3-", "a4-", "g2-")
+ACCELERATOR_OPTIMIZED = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
+#: machine series whose VMs attach Hyperdisk only (Compute Engine docs, "Machine series
+#: comparison" / "Hyperdisk: supported machine types"): no Persistent Disk boot disk.
+HYPERDISK_ONLY = ("a4-", "a4x-", "a3-ultragpu-", "c4-", "c4a-", "c4d-", "n4-", "n4a-", "n4d-",
+                  "x4-", "m4-", "h4d-", "g4-")
+#: the metadata key the Deep Learning VM images read at first boot to install the driver.
+DRIVER_METADATA = "install-nvidia-driver"
 GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
 CPU_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 
@@ -122,6 +136,17 @@ def image_for(req: ProvisionRequest) -> str:
     return f"global/images/{img}"  # an image of the user's own project
 
 
+def disk_type(machine_type: str) -> str:
+    """The boot disk type the machine series takes."""
+    return "hyperdisk-balanced" if machine_type.startswith(HYPERDISK_ONLY) else "pd-balanced"
+
+
+def has_gpu(req: ProvisionRequest) -> bool:
+    off = req.offering
+    return (bool(off.accelerator) and off.accelerator_count > 0) or \
+        off.instance_type.startswith(ACCELERATOR_OPTIMIZED)
+
+
 def instance_body(req: ProvisionRequest, rank: int, zone: str, *, ssh_user: str,
                   public_key: str, network: str = "default") -> dict[str, Any]:
     off = req.offering
@@ -135,7 +160,7 @@ def instance_body(req: ProvisionRequest, rank: int, zone: str, *, ssh_user: str,
             "boot": True, "autoDelete": True, "type": "PERSISTENT",
             "initializeParams": {"sourceImage": image_for(req),
                                  "diskSizeGb": str(req.disk_size or DEFAULT_DISK_GB),
-                                 "diskType": f"zones/{zone}/diskTypes/pd-balanced",
+                                 "diskType": f"zones/{zone}/diskTypes/{disk_type(itype)}",
                                  "labels": {CLUSTER_LABEL: label_value(req.cluster_tag)}},
         }],
         "networkInterfaces": [{
@@ -155,11 +180,13 @@ def instance_body(req: ProvisionRequest, rank: int, zone: str, *, ssh_user: str,
             "acceleratorType": f"zones/{zone}/acceleratorTypes/{ACCELERATOR_TYPES.get(acc, acc.lower())}",
             "acceleratorCount": int(off.accelerator_count),
         }]
-    if gpu or itype.startswith(ACCELERATOR_OPTIMIZED):
+    if has_gpu(req):
         body["scheduling"]["onHostMaintenance"] = "TERMINATE"  # GPUs cannot live-migrate
+        body["metadata"]["items"].append({"key": DRIVER_METADATA, "value": "True"})
     if req.use_spot:
+        # The Scheduling schema: SPOT (and preemptible) VMs allow only TERMINATE, no restart.
         body["scheduling"].update(provisioningModel="SPOT", instanceTerminationAction="DELETE",
-                                  automaticRestart=False)
+                                  automaticRestart=False, onHostMaintenance="TERMINATE")
     return body
 
 

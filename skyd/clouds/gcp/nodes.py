@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shlex
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -64,9 +66,33 @@ def node_handle(rank: int, instance_id: str, internal: str, connect: str, *, num
     )
 
 
+READY_POLL_S = 5.0
+
+
+async def wait_ready(t: Any, node: NodeHandle, marker: str, log: LogFn) -> None:
+    """Poll until ``marker`` (a path relative to the SSH user's home, or absolute) exists on
+    the node: first-boot setup (a driver installed by the machine's user data, then a reboot)
+    is done. Connections dropped by the reboot are retried; the attempt's deadline bounds it."""
+    said = False
+    path = shlex.quote(marker) if marker.startswith("/") else f'"$HOME"/{shlex.quote(marker)}'
+    while True:
+        try:
+            r = await t.run(f"test -e {path}", idempotent=True, timeout=30)
+            if r.exit_status == 0:
+                return
+        except (SkydError, OSError):
+            pass  # the reboot dropped the connection: the next run reconnects
+        if not said:
+            log(f"Node {node.rank} ({(node.ssh or {}).get('host')}): waiting for first-boot setup "
+                f"({marker})")
+            said = True
+        await anyio.sleep(float(os.environ.get("SKYD_NODE_READY_POLL_S") or READY_POLL_S))
+
+
 async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
-                 zipapp: tuple[Path, str], log: LogFn) -> None:
-    """Wait for sshd, then start this build's agent on the node (kept if it already runs)."""
+                 zipapp: tuple[Path, str], log: LogFn, ready_marker: str | None = None) -> None:
+    """Wait for sshd (and ``ready_marker``, a file first-boot setup writes when done), then
+    start this build's agent on the node (kept if it already runs)."""
     assert node.ssh is not None
     t = ssh.transport(SSHTarget.from_dict(node.ssh))
     with anyio.move_on_after(SSH_WAIT_S):
@@ -80,6 +106,8 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
                         f"node {node.rank} ({node.ssh['host']}): {e.message}", hint=e.hint,
                         scope="zone") from None
                 await anyio.sleep(1.0)
+    if ready_marker:
+        await wait_ready(t, node, ready_marker, log)
     try:
         home = (await t.run("printf %s \"$HOME\"", check=True, idempotent=True, timeout=30)).stdout.strip()
         base = posixpath.join(home or ".", ".skyd")

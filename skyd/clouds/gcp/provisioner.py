@@ -19,7 +19,7 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
-from skyd.clouds.gcp import config, instances, nodes
+from skyd.clouds.gcp import config, instances, nodes, oslogin
 from skyd.clouds.gcp.api import ComputeAPI, GCEError
 from skyd.clouds.gcp.classify import classify
 from skyd.clouds.ssh.provisioner import SSHProvisioner
@@ -43,6 +43,7 @@ class GCPProvisioner(Provisioner):
         # tag -> whether this process sent a create for it: an attempt refused before any
         # create (e.g. its token) has nothing to clean even when the API refuses us again.
         self._sent: dict[str, bool] = {}
+        self._oslogin_user: str | None = None  # the OS Login POSIX user, once imported
 
     # -- the API -----------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class GCPProvisioner(Provisioner):
         network = str(self._conf.get("network") or "default")
         want = {instances.instance_name(tag, r): r for r in range(req.num_nodes)}
         try:
+            user = await self._login_user(api, user, pub, log)
             have = await self._list(api, zone, tag)
             stale = [n for n, i in have.items()
                      if n not in want or i.get("status") not in ("PROVISIONING", "STAGING", "RUNNING")]
@@ -136,8 +138,22 @@ class GCPProvisioner(Provisioner):
             accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
             num_nodes=req.num_nodes, hourly_cost=(off.hourly(req.use_spot) or 0.0) * req.num_nodes,
             nodes=hnodes, token=req.token, cpus=off.vcpus, memory_gib=off.memory_gib, tag=tag,
-            extra={"ports": list(req.ports), "project": api.project, "network": network},
+            extra={"ports": list(req.ports), "project": api.project, "network": network,
+                   "image": instances.image_for(req)},
         )
+
+    async def _login_user(self, api: ComputeAPI, user: str, pub: str, log: LogFn) -> str:
+        """The SSH user: ``user`` (its key in the VM's ``ssh-keys`` metadata), or, in a
+        project with OS Login, the profile's POSIX user after importing the key there."""
+        if self._oslogin_user is None:
+            project = await api.call("GET", "")
+            if not oslogin.enabled(project):
+                self._oslogin_user = ""
+            else:
+                self._oslogin_user = await oslogin.import_key(api, self._conf, pub)
+                log(f"OS Login is enabled in project {api.project}: skyd's key was added to "
+                    f"the login profile, SSH user {self._oslogin_user}")
+        return self._oslogin_user or user
 
     async def _zip(self) -> tuple[Path, str]:
         if self._zipapp is None:

@@ -39,11 +39,13 @@ class HotAisleAPI:
                                lambda: {"Authorization": f"Token {self._key}"})
 
     async def call(self, method: str, path: str, body: Any = None,
-                   params: dict[str, str] | None = None) -> Any:
+                   params: dict[str, str] | None = None, *, auth_refusal: bool = True) -> Any:
+        """One request; a 401/403 is a refused key (CredentialsError) unless ``auth_refusal``
+        is False: the VM create documents 401 for the team's VM limit, and its caller reads it."""
         try:
             return await self.http.request(method, path, json=body, params=params)
         except APIError as e:
-            if e.status in (401, 403):
+            if auth_refusal and e.status in (401, 403):
                 raise CredentialsError(f"Hot Aisle refused the API key from {self.where} "
                                        f"(team {self.team!r}: {e})", hint=KEY_HINT) from None
             raise

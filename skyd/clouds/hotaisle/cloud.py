@@ -30,7 +30,8 @@ class HotAisleCloud(Cloud):
                 if e.status == 404:
                     return False, f"Hot Aisle team {api.team!r} not found ({e}); check HOTAISLE_TEAM"
                 raise
-            return True, f"API key from {api.where}, team {api.team} ({user.get('email') or 'user'})"
+            who = (user.get("user") or {}).get("email") if isinstance(user.get("user"), dict) else None
+            return True, f"API key from {api.where}, team {api.team} ({who or user.get('email') or 'user'})"
 
         return await api_check("Hot Aisle", probe)
 

@@ -3,7 +3,13 @@
 Create: the offer in ``GET /teams/<team>/virtual_machines/available/`` whose GPUs match the
 instance type (``8x-MI300X``) is posted back as the body of ``POST .../virtual_machines/``;
 the answer names the VM and its ``ip_address``, recorded at once (skyd.clouds.hotaisle.
-records). No matching offer is a capacity refusal. State: ``GET .../<name>/state/``.
+records). No matching offer with ``Quantity`` > 0 is a capacity refusal (an offer listed
+with ``Quantity: 0`` is never posted). The create's documented refusals (Hot Aisle's swagger):
+401 "Maximum VMs already provisioned for this team" is the team's VM limit, not a bad key (the
+same key has just listed the offers): scope ``region`` (Hot Aisle has one), the cloud is not
+blocked and its check stays good; 402 "Insufficient balance": scope ``cloud``; 404 "No
+available virtual machine matching requested specifications": capacity. State: ``GET
+.../<name>/state/`` answers libvirt's words ("running", "shut off", "paused", ...).
 Delete: ``DELETE .../<name>/?force=true`` (404 is done). The VMs come with ROCm; SSH user
 ``hotaisle`` with skyd's key uploaded once to ``/user/ssh_keys/``. Hot Aisle bills a minimum
 reservation however short the VM's life; the plan shows it (skyd.clouds.billing).
@@ -35,8 +41,12 @@ from skyd.clouds.neocloud.vmprov import (
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 NAME = "hotaisle"
-STATES = {"running": RUNNING, "active": RUNNING, "stopped": STOPPED, "failed": FAILED,
-          "error": FAILED, "deleted": FAILED}
+#: VirtualMachineState.state ("Values can include \"running\", \"shut off\", \"paused\"":
+#: libvirt's domain states) -> the base's states; anything else is still pending.
+STATES = {"running": RUNNING, "active": RUNNING, "idle": RUNNING, "blocked": RUNNING,
+          "shut off": STOPPED, "shutoff": STOPPED, "stopped": STOPPED, "paused": STOPPED,
+          "pmsuspended": STOPPED, "in shutdown": STOPPED, "shutdown": STOPPED,
+          "crashed": FAILED, "failed": FAILED, "error": FAILED, "deleted": FAILED}
 
 
 def parse_type(instance_type: str) -> tuple[int, str]:
@@ -46,7 +56,10 @@ def parse_type(instance_type: str) -> tuple[int, str]:
 
 
 def matching_offer(offers: list[dict[str, Any]], count: int, model: str) -> dict[str, Any] | None:
+    """The first offer of ``count`` x ``model`` that has a machine left (``Quantity`` > 0)."""
     for o in offers:
+        if int(o.get("Quantity") or 0) <= 0:
+            continue
         gpus = (o.get("Specs") or {}).get("gpus") or []
         if gpus and int(gpus[0].get("count") or 0) == count and \
                 canonical_gpu(NAME, str(gpus[0].get("model") or "")) == model:
@@ -103,7 +116,7 @@ class HotAisleProvisioner(VMProvisioner):
                     raise
                 await records.drop(tag, name)
                 continue
-            out.append(VM(id=name, name=vm_name(tag, rank), state=STATES.get(st, PENDING),
+            out.append(VM(id=name, name=vm_name(tag, rank), state=STATES.get(st.strip().lower(), PENDING),
                           host=str(v.get("ip_address") or ""), raw=v | {"state": st, "_tag": tag}))
         return out
 
@@ -132,9 +145,20 @@ class HotAisleProvisioner(VMProvisioner):
         before = [str(v.get("name")) for v in await api.call("GET", api.vms()) or []]
         await records.intend(req.cluster_tag, rank, before, offer["Specs"])
         try:
-            made = await api.call("POST", api.vms(), offer["Specs"])
-        except APIError:
+            made = await api.call("POST", api.vms(), offer["Specs"], auth_refusal=False)
+        except APIError as e:
             await records.cancel(req.cluster_tag, rank)
+            if e.status == 401:  # the same key just listed the offers: the team's VM limit
+                raise ResourcesUnavailableError(
+                    f"hotaisle/{off.region}: team {api.team!r} has reached its maximum number of VMs",
+                    scope="region", provider_message=f"HTTP 401: {e.message}",
+                    hint="delete a VM of the team (admin.hotaisle.app) or ask Hot Aisle to raise "
+                         "the team's limit") from None
+            if e.status == 402:
+                raise ResourcesUnavailableError(
+                    f"hotaisle/{off.region}: team {api.team!r} has insufficient balance",
+                    scope="cloud", provider_message=f"HTTP 402: {e.message}",
+                    hint="add credits to the team (admin.hotaisle.app > Billing)") from None
             raise
         await records.put(req.cluster_tag, rank, str(made["name"]))
 

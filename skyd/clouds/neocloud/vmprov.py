@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     NODE_PENDING,
     NODE_RUNNING,
@@ -36,7 +37,6 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.gcp import nodes
-from skyd.clouds.neocloud.gpus import agent_status, confirm_gpus
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.ssh.provisioner import SSHProvisioner
 from skyd.errors import (
@@ -137,6 +137,11 @@ class VMProvisioner(Provisioner):
         capacity or quota, pick a location; returns ``where`` for the messages."""
         return where
 
+    def ready_marker(self, req: ProvisionRequest) -> str | None:
+        """A file the node's first-boot setup (user data installing a driver) writes when it
+        is done; the agent is deployed only once it exists. None: nothing to wait for."""
+        return None
+
     def handle_region(self, req: ProvisionRequest) -> str | None:
         return req.offering.region
 
@@ -188,7 +193,8 @@ class VMProvisioner(Provisioner):
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
                                       if h.ssh and h.extra.get(self.name_key) in todo])
         zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
+        marker = self.ready_marker(req)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, marker)
                       for n in hnodes])
         handle = ClusterHandle(
             cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,
@@ -197,7 +203,7 @@ class VMProvisioner(Provisioner):
             num_nodes=req.num_nodes, hourly_cost=self.hourly_cost(req), nodes=hnodes,
             token=req.token, cpus=off.vcpus, memory_gib=off.memory_gib, tag=tag,
             extra={"ports": list(req.ports)} | self.handle_extra(req))
-        await confirm_gpus(handle, lambda h, r: agent_status(self._ssh, h, r), where=where)
+        await gpucheck.confirm(self, handle, image=req.image_id, user_image=bool(req.image_id))
         log(f"GPUs confirmed by the node agents: {off.accelerator}:{off.accelerator_count:g} per node"
             if off.accelerator else "Nodes ready")
         return handle

@@ -4,6 +4,8 @@ for the cluster's tag and found again by label (also tagged ``skyd-cluster=<tag>
 Create: ``POST /bare-metals`` or ``POST /instances`` with the region, plan, label, skyd's
 SSH key (uploaded once to ``/ssh-keys``) and the OS (``vultr.os_id``, default Ubuntu 22.04;
 ``resources.image_id`` a number is an os_id, anything else a snapshot/marketplace image_id).
+An AMD offer on the default OS also gets first-boot ``user_data`` that installs ROCm
+(skyd.clouds.vultr.rocm), and its agent is deployed once that is done.
 Running = ``status == active`` with a ``main_ip`` (and ``power_status`` running for VMs).
 Stop/start are ``halt``/``start``; delete is ``DELETE`` (404 is done).
 """
@@ -21,6 +23,7 @@ from skyd.clouds.neocloud import settings
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
+from skyd.clouds.vultr import rocm
 from skyd.clouds.vultr.api import KEY_HINT, VultrAPI, find_key
 from skyd.errors import CredentialsError, SkydError
 from skyd.models.accelerators import get_accelerator_info
@@ -89,18 +92,27 @@ class VultrProvisioner(VMProvisioner):
         log(self.image_note(req))
         return await super().provision(req, log)
 
+    def installs_rocm(self, req: ProvisionRequest) -> bool:
+        """An AMD offer on the default OS: ROCm is installed at first boot."""
+        info = get_accelerator_info(req.offering.accelerator or "")
+        return bool(info is not None and info.vendor == "amd" and not req.image_id
+                    and not self._conf.get("os_id"))
+
+    def ready_marker(self, req: ProvisionRequest) -> str | None:
+        return rocm.READY if self.installs_rocm(req) else None
+
     def image_note(self, req: ProvisionRequest) -> str:
-        """One launch-log line naming the OS/image the nodes get. Vultr documents no ROCm
-        image for its AMD plans, so an AMD offer on the default OS says how to pick one."""
+        """One launch-log line naming the OS/image the nodes get (and, for an AMD offer on
+        the default OS, that ROCm is installed at first boot)."""
         img = req.image_id or ""
         if img and not img.isdigit():
             return f"Image: image_id {img}"
         os_id = int(img or self._conf.get("os_id") or UBUNTU_2204)
         note = f"Image: os_id {os_id}" + (" (Ubuntu 22.04)" if os_id == UBUNTU_2204 else "")
-        info = get_accelerator_info(req.offering.accelerator or "")
-        if info is not None and info.vendor == "amd" and not img and not self._conf.get("os_id"):
-            note += (". It has no ROCm: for AMD GPUs set `resources.image_id` (or `vultr.os_id`"
-                     " in config.yaml) to a ROCm snapshot or marketplace image of your account")
+        if self.installs_rocm(req):
+            note += (f" with ROCm {rocm.ROCM_VERSION} installed at first boot (user data; minutes, "
+                     "then a reboot). To skip it, set `resources.image_id` (or `vultr.os_id` in "
+                     "config.yaml) to a ROCm snapshot or marketplace image of your account")
         return note
 
     async def create_vm(self, req: ProvisionRequest, rank: int, name: str, public_key: str) -> None:
@@ -115,6 +127,8 @@ class VultrProvisioner(VMProvisioner):
             body["os_id"] = int(img or self._conf.get("os_id") or UBUNTU_2204)
         else:
             body["image_id"] = img
+        if self.installs_rocm(req):
+            body["user_data"] = rocm.user_data()
         if is_metal(off.instance_type):
             await api.call("POST", "bare-metals", body)
         else:

@@ -1,10 +1,12 @@
 """The network rule, enforced: an audit hook that refuses (and records) every connection or
 name lookup outside 127.0.0.0/8 and ::1.
 
-Daemons started by the GCP tests get this directory first on PYTHONPATH and
-``SKYD_NETGUARD_LOG=<file>``: Python imports ``sitecustomize`` at start-up, the hook is
-installed, and each refused attempt appends a line to the file (the test asserts it stays
-empty). The test process itself calls ``install()`` (refusals go to ``VIOLATIONS``).
+Every test runs under it (tests/conftest.py, ``network_guard``): the test process calls
+``install()`` (refusals go to ``VIOLATIONS``), and every process the tests start (daemons,
+CLIs) gets this directory first on PYTHONPATH and ``SKYD_NETGUARD_LOG=<file>``: Python imports
+``sitecustomize`` at start-up, the hook is installed, and each refused attempt appends a line
+to the file (each test asserts nothing was refused). Allowed: 127.0.0.0/8, ::1, AF_UNIX, the
+unspecified address (binds), "localhost" and this machine's own host name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ from typing import Any
 
 VIOLATIONS: list[str] = []
 _INSTALLED = False
-_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def _own_names() -> set[str]:
+    """This machine's own host name (resolved from /etc/hosts, not sent anywhere)."""
+    import socket
+
+    try:
+        return {socket.gethostname()} - {""}
+    except OSError:
+        return set()
 
 
 def _allowed(host: Any) -> bool:
@@ -25,12 +37,16 @@ def _allowed(host: Any) -> bool:
     if isinstance(host, bytes):
         host = host.decode(errors="replace")
     host = str(host).split("%", 1)[0]
-    if host in _LOCAL_NAMES:
+    if host in _LOCAL_NAMES or host in _OWN:
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return False  # a name: resolving it is already a packet out
+    return ip.is_loopback or ip.is_unspecified  # 0.0.0.0 / :: are binds (or this host)
+
+
+_OWN: set[str] = set()
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
@@ -57,6 +73,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 def install() -> None:
     global _INSTALLED
     if not _INSTALLED:
+        _OWN.update(_own_names())  # before the hook: gethostname is not a lookup
         sys.addaudithook(_hook)
         _INSTALLED = True
 
