@@ -1,0 +1,163 @@
+"""A `local` node is a faithful node: absolute file-mount destinations, `~` and
+~/sky_workdir are where the YAML names them (a mount namespace per job, bubblewrap), each
+node has its own loopback address, and nothing of either outlives `down` or a kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_pipeline_support import Env, module_env, procs_matching, wait_for, write
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap (bwrap) is not installed")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory) as e:
+        yield e
+
+
+def _addresses(env: Env) -> dict[str, tuple[str, int]]:
+    db = env.home / "local-addresses.db"
+    if not db.exists():
+        return {}
+    with sqlite3.connect(db) as c:
+        return {r[0]: (r[1], r[2]) for r in c.execute("SELECT address, cluster, rank FROM addresses")}
+
+
+@needs_bwrap
+def test_absolute_mounts_home_and_workdir(env: Env, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    data = tmp_path / "data"
+    write(data / "set" / "a.txt", f"data-{tag}\n")
+    write(tmp_path / "ckpt.bin", "ckpt\n")
+    wd = tmp_path / "wd"
+    write(wd / "train.py", "print('train')\n")
+    dests = [f"/data{tag}", f"/checkpoint{tag}/model.bin", f"/tmp/skyd-ns-{tag}/deep/outputs"]
+    y = write(tmp_path / "t.yaml", f"""\
+workdir: {wd}
+file_mounts:
+  {dests[0]}: {data}
+  {dests[1]}: {tmp_path / 'ckpt.bin'}
+  {dests[2]}: {data}
+  ~/cfg/a.txt: {data / 'set' / 'a.txt'}
+run: |
+  set -e
+  cat {dests[0]}/set/a.txt
+  cat {dests[1]}
+  ls {dests[2]}/set
+  cat ~/cfg/a.txt
+  cd ~/sky_workdir && ls train.py && echo "wd-ok"
+  echo "written-{tag}" > {dests[0]}/out.txt
+  echo "tmp-visible: $(ls -d {tmp_path} 2>&1)"
+""")
+    r = env.ok("launch", "-c", "ln-mounts", str(y))
+    assert r.stdout.count(f"data-{tag}") == 2, r.stdout
+    assert "ckpt" in r.stdout and "wd-ok" in r.stdout
+    assert f"tmp-visible: {tmp_path}" in r.stdout  # the rest of the host is as it is
+    # What the job wrote at /dataTAG is the node's copy; nothing was made on the host.
+    nd = env.cluster_dir("ln-mounts") / "node-0"
+    assert (nd / "root" / f"data{tag}" / "out.txt").read_text() == f"written-{tag}\n"
+    assert not os.path.lexists(f"/data{tag}") and not os.path.lexists(f"/checkpoint{tag}")
+    assert not os.path.lexists(f"/tmp/skyd-ns-{tag}")
+    env.ok("down", "ln-mounts", "-y")
+    assert not env.cluster_dir("ln-mounts").exists()
+
+
+RENDEZVOUS = r"""
+import os, socket, sys, time
+ips = os.environ["SKYPILOT_NODE_IPS"].split()
+rank = int(os.environ["SKYPILOT_NODE_RANK"])
+port = int(sys.argv[1])
+srv = socket.socket()
+srv.bind((ips[rank], port))  # every rank binds the same port, on its own address
+srv.listen()
+peer = ips[1 - rank]
+for _ in range(200):
+    try:
+        c = socket.create_connection((peer, port), timeout=1)
+        break
+    except OSError:
+        time.sleep(0.05)
+c.sendall(b"rank%d" % rank)
+conn, _ = srv.accept()
+print("rank", rank, "at", ips[rank], "heard", conn.recv(16).decode(), flush=True)
+time.sleep(0.5)
+"""
+
+
+def test_two_nodes_bind_the_same_port(env: Env, tmp_path: Path) -> None:
+    script = write(tmp_path / "wd" / "rdv.py", RENDEZVOUS)
+    port = 20000 + uuid.uuid4().int % 20000
+    y = write(tmp_path / "t.yaml", f"""\
+num_nodes: 2
+workdir: {script.parent}
+run: python3 rdv.py {port}
+""")
+    r = env.ok("launch", "-c", "ln-rdv", str(y))
+    lines = sorted(ln for ln in r.stdout.splitlines() if "heard" in ln)
+    assert len(lines) == 2, r.stdout
+    assert "rank 0" in lines[0] and "heard rank1" in lines[0]
+    assert "rank 1" in lines[1] and "heard rank0" in lines[1]
+    held = {a: v for a, v in _addresses(env).items() if v[0] == "ln-rdv"}
+    assert sorted(v[1] for v in held.values()) == [0, 1]
+    for a in held:
+        assert a.startswith("127.") and a != "127.0.0.1"
+        assert f"at {a} " in r.stdout
+    # The agents listen on their node's address.
+    for rank in (0, 1):
+        info = json.loads((env.cluster_dir("ln-rdv") / f"node-{rank}" / "agent.json").read_text())
+        assert info.get("host") in held, info
+    env.ok("down", "ln-rdv", "-y")
+    assert not any(v[0] == "ln-rdv" for v in _addresses(env).values())
+
+
+@needs_bwrap
+def test_kill9_agent_leaves_no_namespace_mount_or_address(env: Env, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    n = 3000 + uuid.uuid4().int % 1000
+    write(tmp_path / "d" / "x", "x")
+    y = write(tmp_path / "t.yaml", f"""\
+file_mounts:
+  /kd{tag}: {tmp_path / 'd'}
+run: ls /kd{tag} && sleep {n}
+""")
+    env.ok("launch", "-c", "ln-kill", "-d", str(y))
+    wait_for(lambda: procs_matching(f"sleep\0{n}\0"), timeout=20, interval=0.1)
+    bw = [p for p in procs_matching("bwrap") if Path(f"/proc/{p}/cmdline").exists()]
+    assert bw, "the job runs under bubblewrap"
+    for pid in env.agent_pids("ln-kill"):
+        os.kill(pid, signal.SIGKILL)
+    env.ok("down", "ln-kill", "-y")
+    wait_for(lambda: not procs_matching(f"sleep\0{n}\0"), timeout=10, interval=0.1)
+    assert not [p for p in procs_matching("--args\x003") if Path(f"/proc/{p}").exists()]
+    assert str(env.cluster_dir("ln-kill")) not in Path("/proc/self/mounts").read_text()
+    assert not any(v[0] == "ln-kill" for v in _addresses(env).values())
+
+
+def test_without_a_namespace_the_job_is_told_what_it_will_not_find(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    write(tmp_path / "d" / "x", "x")
+    y = write(tmp_path / "t.yaml", f"""\
+file_mounts:
+  /nf{tag}: {tmp_path / 'd'}
+run: ls /nf{tag} || echo "missing as warned"
+""")
+    with module_env(tmp_path_factory, SKYD_BWRAP="off") as e:
+        r = e.ok("launch", "-c", "ln-off", str(y))
+        out = r.stdout + r.stderr
+        assert "without a mount namespace" in out
+        assert f"will not find /nf{tag} (at {e.cluster_dir('ln-off')}/node-0/root/nf{tag})" in out
+        assert "missing as warned" in out
+        e.ok("down", "ln-off", "-y")
