@@ -373,7 +373,7 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
                 choices.append(Choice(off, spot, cost, int(cand.num_nodes)))
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
-    choices.table = format_planned(planned)
+    choices.table = await anyio.to_thread.run_sync(format_planned, planned, [task])
     return choices
 
 
@@ -392,7 +392,7 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
     if planned.best() is None:
         assert planned.error is not None
         raise planned.error
-    return planned_to_json(planned)
+    return await anyio.to_thread.run_sync(planned_to_json, planned, list(dag.tasks))
 
 
 def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:

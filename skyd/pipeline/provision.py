@@ -144,6 +144,17 @@ def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecErr
                             field=FEATURE_FIELDS.get(feature, feature), hint=hint)
 
 
+def unsupported_for(task: Any, choice: planner.Choice) -> set[str]:
+    """The features the task uses that the choice's infra cannot serve (checked before
+    provisioning; a dry run's LAUNCH column asks the same: skyd.pipeline.preflight)."""
+    used = requested_features(build_request(task, "", "", choice)) | _task_features(task)
+    return _unsupported(choice.offering.cloud, used)
+
+
+def feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecError:
+    return _feature_error(task, feature, clouds)
+
+
 def supported_choices(
     ctx: Any, task: Any, name: str, choices: list[planner.Choice]
 ) -> list[planner.Choice]:
@@ -152,8 +163,7 @@ def supported_choices(
     keep: list[planner.Choice] = []
     missing: dict[str, list[str]] = {}
     for c in choices:
-        used = requested_features(build_request(task, name, "", c)) | _task_features(task)
-        lacks = _unsupported(c.offering.cloud, used)
+        lacks = unsupported_for(task, c)
         if not lacks:
             keep.append(c)
             continue
