@@ -161,3 +161,49 @@ run: ls /nf{tag} || echo "missing as warned"
         assert f"will not find /nf{tag} (at {e.cluster_dir('ln-off')}/node-0/root/nf{tag})" in out
         assert "missing as warned" in out
         e.ok("down", "ln-off", "-y")
+
+
+def test_status_ip_and_endpoints_on_local(env: Env, tmp_path: Path) -> None:
+    import urllib.request
+
+    port = 20000 + uuid.uuid4().int % 20000
+    y = write(tmp_path / "t.yaml", f"""\
+resources:
+  ports: [{port}, {port + 1}-{port + 2}]
+run: |
+  ip=$(echo "$SKYPILOT_NODE_IPS" | head -1)
+  cd $(mktemp -d) && echo served > index.html && exec python3 -m http.server {port} --bind $ip
+""")
+    env.ok("launch", "-c", "ln-ports", "-d", str(y))
+    ip = env.ok("status", "--ip", "ln-ports").stdout.strip()
+    addrs = {a for a, v in _addresses(env).items() if v[0] == "ln-ports"}
+    assert ip in addrs
+    doc = env.json("status", "--ip", "ln-ports")
+    assert doc["head_ip"] == ip and doc["node_ips"] == [ip]
+    eps = env.ok("status", "--endpoints", "ln-ports").stdout.splitlines()
+    assert eps == [f"{p}: {ip}:{p}" for p in (port, port + 1, port + 2)]
+    assert env.json("status", "--endpoints", "ln-ports")["endpoints"][str(port)] == f"{ip}:{port}"
+    ep = env.ok("status", "--endpoint", str(port), "ln-ports").stdout.strip()
+    assert ep == f"{ip}:{port}"
+    assert env.json("status", "--endpoint", str(port), "ln-ports")["endpoint"] == ep
+
+    def get() -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://{ep}/", timeout=2) as r:
+                return bytes(r.read())
+        except OSError:
+            return None
+
+    assert wait_for(get, timeout=20, interval=0.2) == b"served\n"
+    from tests.test_daemon_support import cli
+
+    r = cli("status", "--endpoint", "1", "ln-ports")
+    assert r.returncode == 2 and "port 1 is not open" in r.stderr
+    r = cli("status", "--ip")
+    assert r.returncode == 2 and "exactly one CLUSTER" in r.stderr
+    r = cli("status", "--ip", "nosuch")
+    assert r.returncode == 3
+    # The plain listing has the managed-jobs and services summaries below the clusters.
+    out = env.ok("status").stdout
+    assert "ln-ports" in out and "Managed jobs" in out and "Services" in out
+    env.ok("down", "ln-ports", "-y")

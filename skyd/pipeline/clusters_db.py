@@ -273,4 +273,20 @@ def public_cluster(row: dict[str, Any]) -> dict[str, Any]:
         "autostop_down": bool(row.get("autostop_down")),
         "last_use": float(row["last_use"]) if row.get("last_use") not in (None, "") else None,
         "resources": json.loads(res) if res else None,
+        **_addresses(row),
     }
+
+
+def _addresses(row: dict[str, Any]) -> dict[str, Any]:
+    """The nodes' addresses (`status --ip`, `--endpoints`): the head's reachable one (its
+    external address, else its internal one) and every node's internal one."""
+    try:
+        h = handle_of(row)
+    except (ValueError, TypeError, KeyError):
+        h = None
+    if h is None or not h.nodes:
+        return {"head_ip": None, "node_ips": [], "external_ips": [], "node_dirs": []}
+    return {"head_ip": h.head.external_ip or h.head.internal_ip or None,
+            "node_ips": [n.internal_ip for n in h.nodes],
+            "external_ips": [n.external_ip for n in h.nodes],
+            "node_dirs": [n.node_dir for n in h.nodes]}

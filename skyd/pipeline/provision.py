@@ -213,7 +213,9 @@ async def _attempt(
     req = dataclasses.replace(req, on_status=on_status)
     partial = req.partial()
     await ctx.stage("PROVISION", "start", target=choice.describe())
-    await cdb.insert_init(store, name, request_id=ctx.request_id, resources=choice.public(),
+    # The ports the task opens are the cluster's (`status --endpoints`).
+    public = {**choice.public(), **({"ports": list(req.ports)} if req.ports else {})}
+    await cdb.insert_init(store, name, request_id=ctx.request_id, resources=public,
                           num_nodes=task.num_nodes, partial=partial)
     backend = AgentBackend(cloud.provisioner())
     timeout = cloud.attempt_timeout()
