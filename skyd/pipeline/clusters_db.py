@@ -148,6 +148,9 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
         )
         await _bill(db, handle.cluster_name, status, now)
     _changed("clusters", {"name": handle.cluster_name, "status": status})
+    from skyd.pipeline import sshconfig
+
+    await sshconfig.write(handle)  # `ssh NAME`: addresses may have changed
 
 
 async def set_status(store: Any, name: str, status: str, reason: str = "") -> None:
@@ -211,6 +214,9 @@ async def remove_cluster(store: Any, name: str) -> None:
         await db.execute("DELETE FROM clusters WHERE name = ?", (name,))
         await db.execute("DELETE FROM cluster_jobs WHERE cluster = ?", (name,))
     _changed("clusters", {"name": name, "status": "TERMINATED"})
+    from skyd.pipeline import sshconfig
+
+    await sshconfig.remove(name)  # `ssh NAME` goes with the cluster
 
 
 async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> None:

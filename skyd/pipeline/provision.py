@@ -247,6 +247,9 @@ async def _attempt(
             handle.tag = tag
         await cdb.save_handle(store, handle, cdb.UP)
         await drop_provision_token(store, ctx.request_id, name)
+        from skyd.pipeline import sshconfig
+
+        await sshconfig.announce(handle, ctx.log)
         await ctx.stage("PROVISION", "done", infra=choice.describe())
         return handle
     scope: FailoverScope = err.scope or ("zone" if choice.offering.zone else "region")
