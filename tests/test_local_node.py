@@ -70,6 +70,13 @@ run: |
     assert (nd / "root" / f"data{tag}" / "out.txt").read_text() == f"written-{tag}\n"
     assert not os.path.lexists(f"/data{tag}") and not os.path.lexists(f"/checkpoint{tag}")
     assert not os.path.lexists(f"/tmp/skyd-ns-{tag}")
+    # `skyd shell` opens the node as its jobs see it (namespace, HOME, workdir)
+    r = env.ok("shell", "ln-mounts", "--", f"cat {dests[0]}/out.txt; ls ~/cfg; ls train.py")
+    assert r.stdout.split() == [f"written-{tag}", "a.txt", "train.py"], r.stdout
+    from tests.test_daemon_support import cli
+
+    r = cli("shell", "-n", "3", "ln-mounts", "true")
+    assert r.returncode == 2 and "no node 3" in r.stderr
     env.ok("down", "ln-mounts", "-y")
     assert not env.cluster_dir("ln-mounts").exists()
 

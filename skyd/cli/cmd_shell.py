@@ -16,13 +16,15 @@ from typing import Any
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "shell", help="open a shell on a cluster's node",
+        "shell", help="open a shell on a cluster's node", usage="skyd shell [-n RANK] CLUSTER [COMMAND ...]",
         description="Open a shell on a node of CLUSTER as its jobs see it: on `local`, in the "
                     "node's mount namespace (file mounts at their paths, its HOME and workdir); "
                     "elsewhere through `ssh CLUSTER` (CLUSTER-workerN for node N).")
+    p.add_argument("-n", "--node", type=int, default=0, metavar="RANK",
+                   help="node rank (default 0: the head); before CLUSTER, as ssh's options")
     p.add_argument("cluster", metavar="CLUSTER")
-    p.add_argument("-n", "--node", type=int, default=0, metavar="RANK", help="node rank (default 0: the head)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="run this instead of an interactive shell")
+    p.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                   help="run this instead of an interactive shell")
     p.set_defaults(func=run)
 
     x = sub.add_parser(
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    cmd = list(args.command or [])
+    cmd = list(args.remote_command or [])
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     return cmd

@@ -334,6 +334,8 @@ class LocalProvisioner(Provisioner):
                 info = self._agent_info(Path(node.node_dir))
                 if info:
                     node.agent_port = int(info["port"])
+                # the host's entries a mirrored directory shows, as of this launch
+                await anyio.to_thread.run_sync(sandbox_ns.write, node.node_dir)
             return handle
         log("Restarting node agents that are not running")
         return await self.start(handle, log)

@@ -11,7 +11,9 @@ the host filesystem is what it is today (bound read-write: same files, same devi
   (symlinks recreated), so a mountpoint for ``/data`` is made in that tmpfs, not on disk;
 - a destination below an existing host directory that lacks it (``/mnt/x`` where ``/mnt``
   exists) "mirrors" that directory: a tmpfs over it in the namespace, with each of the
-  host's entries bound back, then the destination bound there;
+  host's entries bound back, then the destination bound there (the entries are those of
+  when the arguments were last written -- at each launch on the node and each new mount --
+  and one gone since is skipped);
 - a destination that exists on the host (a file or directory) is bound over.
 
 Why per job, not one namespace around the agent: a job sees the binds of the moment it
@@ -62,7 +64,8 @@ def _entry_args(path: str) -> list[str]:
         return ["--symlink", os.readlink(path), path]
     if not os.path.lexists(path):
         return []
-    return ["--dev-bind", path, path]
+    # -try: an entry gone since the arguments were written (a temp dir) is skipped
+    return ["--dev-bind-try", path, path]
 
 
 def _children(d: str) -> list[str]:
