@@ -214,3 +214,39 @@ run: |
     out = env.ok("status").stdout
     assert "ln-ports" in out and "Managed jobs" in out and "Services" in out
     env.ok("down", "ln-ports", "-y")
+
+
+def test_kill9_daemon_then_down_leaves_nothing(env: Env, tmp_path: Path) -> None:
+    n = 4000 + uuid.uuid4().int % 1000
+    tag = uuid.uuid4().hex[:8]
+    write(tmp_path / "d" / "x", "x")
+    y = write(tmp_path / "t.yaml", f"""\
+num_nodes: 2
+file_mounts:
+  /kd9{tag}: {tmp_path / 'd'}
+run: sleep {n}
+""")
+    env.ok("launch", "-c", "ln-k9", "-d", str(y))
+    wait_for(lambda: len(procs_matching(f"sleep\0{n}\0")) == 2, timeout=20, interval=0.1)
+    env.kill9_daemon()
+    env.start_daemon()
+    env.ok("down", "ln-k9", "-y")
+    wait_for(lambda: not procs_matching(f"sleep\0{n}\0"), timeout=10, interval=0.1)
+    assert not any(v[0] == "ln-k9" for v in _addresses(env).values())
+    assert str(env.cluster_dir("ln-k9")) not in Path("/proc/self/mounts").read_text()
+    assert not env.cluster_dir("ln-k9").exists()
+
+
+@pytest.mark.anyio
+async def test_a_forgotten_attempt_frees_its_addresses(skyd_home: Path) -> None:
+    from skyd.clouds import local_net
+    from skyd.clouds.base import PartialHandle
+    from skyd.clouds.local import LocalProvisioner
+
+    got = await local_net.allocate("half", 3)
+    assert len(set(got)) == 3 and all(a.startswith("127.77.") for a in got)
+    assert await local_net.allocate("half", 3) == got  # idempotent: a retried attempt keeps them
+    other = await local_net.allocate("other", 1)
+    assert other[0] not in got
+    await LocalProvisioner().forget(PartialHandle("half", "local", "local", None, "half"))
+    assert set(local_net.allocations_sync()) == set(other)
