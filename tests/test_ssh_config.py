@@ -122,3 +122,34 @@ def test_ssh_cluster_on_kubernetes_through_exec(tmp_path_factory: pytest.TempPat
         left = kube.live()
         kube.stop()
     assert not left, left
+
+
+def test_entries_per_infra(skyd_home: Path) -> None:
+    from skyd.clouds.base import ClusterHandle, NodeHandle
+    from skyd.pipeline import sshconfig
+
+    def handle(cloud: str, nodes: list[NodeHandle]) -> ClusterHandle:
+        return ClusterHandle("c1", cloud, None, None, None, False, {}, len(nodes), 0.0, nodes, "t")
+
+    vm = handle("aws", [NodeHandle(r, f"i-{r}", f"10.0.0.{r}", ssh={
+        "host": f"127.0.0.{10 + r}", "port": 2200 + r, "user": "ubuntu",
+        "identity_file": "/k/id", "proxy_jump": "bastion" if r else None}) for r in range(2)])
+    text = sshconfig.render(vm)
+    assert text is not None
+    assert "Host c1\n  HostName 127.0.0.10\n  Port 2200\n  User ubuntu\n" in text
+    assert "Host c1-worker1\n  HostName 127.0.0.11\n  Port 2201\n" in text and "ProxyJump bastion" in text
+    assert "StrictHostKeyChecking yes" in text and "IdentitiesOnly yes" in text
+    pod = handle("kubernetes", [NodeHandle(0, "c1-head", "10.1.0.5", extra={
+        "context": "ctx", "namespace": "ns", "home": "/root", "base": "/root/.skyd"})])
+    text = sshconfig.render(pod)
+    assert text is not None and "User root" in text and "ProxyCommand " in text
+    assert "ssh-proxy kubernetes --context ctx --namespace ns --pod c1-head" in text
+    local = handle("local", [NodeHandle(0, "c1-0", "127.77.0.3", node_dir="/x")])
+    assert sshconfig.render(local) is None
+    # written, then removed; a name that is not one plain file name is never written
+    assert sshconfig.write_sync(vm) and (skyd_home / "ssh-config" / "c1").exists()
+    assert (skyd_home / "ssh-config" / "c1").stat().st_mode & 0o777 == 0o600
+    sshconfig.remove_sync("c1")
+    assert not (skyd_home / "ssh-config" / "c1").exists()
+    vm.cluster_name = "../evil"
+    assert not sshconfig.write_sync(vm) and not (skyd_home / "evil").exists()

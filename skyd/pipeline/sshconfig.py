@@ -92,6 +92,17 @@ def _known_hosts() -> str:
     return " ".join(_q(f) for f in files)
 
 
+def _pod_user(home: str) -> str | None:
+    """The pod's user, from its HOME (sshd in the pod runs as that user and lets only it in):
+    /root -> root, /home/NAME -> NAME; unknown otherwise (ssh then sends the local name)."""
+    if home.rstrip("/") == "/root":
+        return "root"
+    parts = home.rstrip("/").split("/")
+    if len(parts) == 3 and parts[1] == "home" and parts[2].replace("-", "").replace("_", "").isalnum():
+        return parts[2]
+    return None
+
+
 def render(handle: Any) -> str | None:
     """The cluster's Host entries, or None when its nodes are not reached over SSH."""
     nodes = list(handle.nodes or [])
@@ -124,7 +135,9 @@ def render(handle: Any) -> str | None:
                      "--namespace", str(node.extra["namespace"]), "--pod", node.instance_id,
                      "--dir", str(node.extra.get("base") or "~/.skyd") + "/sshd",
                      "--public-key", str(pub)]
-            lines += [f"  HostName {node.instance_id}", f"  IdentityFile {_q(str(priv))}",
+            user = _pod_user(str(node.extra.get("home") or ""))
+            lines += [f"  HostName {node.instance_id}", *([f"  User {user}"] if user else []),
+                      f"  IdentityFile {_q(str(priv))}",
                       "  IdentitiesOnly yes",
                       # the pod is authenticated by the kube API (TLS), not by a host key
                       "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
