@@ -244,7 +244,7 @@ async def test_a_forgotten_attempt_frees_its_addresses(skyd_home: Path) -> None:
     from skyd.clouds.local import LocalProvisioner
 
     got = await local_net.allocate("half", 3)
-    assert len(set(got)) == 3 and all(a.startswith("127.77.") for a in got)
+    assert len(set(got)) == 3 and all(a.startswith("127.0.0.") and a != "127.0.0.1" for a in got)
     assert await local_net.allocate("half", 3) == got  # idempotent: a retried attempt keeps them
     other = await local_net.allocate("other", 1)
     assert other[0] not in got

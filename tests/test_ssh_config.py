@@ -144,7 +144,7 @@ def test_entries_per_infra(skyd_home: Path) -> None:
     text = sshconfig.render(pod)
     assert text is not None and "User root" in text and "ProxyCommand " in text
     assert "ssh-proxy kubernetes --context ctx --namespace ns --pod c1-head" in text
-    local = handle("local", [NodeHandle(0, "c1-0", "127.77.0.3", node_dir="/x")])
+    local = handle("local", [NodeHandle(0, "c1-0", "127.0.0.3", node_dir="/x")])
     assert sshconfig.render(local) is None
     # written, then removed; a name that is not one plain file name is never written
     assert sshconfig.write_sync(vm) and (skyd_home / "ssh-config" / "c1").exists()

@@ -2,8 +2,9 @@
 
 Linux routes all of 127.0.0.0/8 to the loopback interface, so a node's agent, and every job
 rank on it, can bind the node's own address: two ranks of one cluster may each listen on
-port 29500, as on two VMs. skyd owns a range of that block (default ``127.77.0.0/16``,
-``$SKYD_LOCAL_NET`` to choose another one inside 127.0.0.0/8); an instance starts looking
+port 29500, as on two VMs. skyd owns a range of that block (default ``127.0.0.0/24``, i.e.
+127.0.0.2-127.0.0.254, never 127.0.0.1; ``$SKYD_LOCAL_NET`` chooses another range inside
+127.0.0.0/8, e.g. ``127.77.0.0/16`` for more nodes at once); an instance starts looking
 for free addresses at an offset derived from its SKYD_HOME, so two isolated instances (tests
 in parallel) rarely hand out the same address.
 
@@ -26,7 +27,7 @@ import anyio
 from skyd import paths
 from skyd.errors import InvalidSpecError, ResourcesUnavailableError
 
-DEFAULT_NET = "127.77.0.0/16"
+DEFAULT_NET = "127.0.0.0/24"
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
