@@ -77,3 +77,23 @@ def test_a_launchable_plan_still_says_now(daemon: Any, tmp_path: Path) -> None:
     rows = _local_rows(doc)
     assert rows[0]["launch"] and rows[0]["chosen"] and rows[0]["refused"] is None
     assert doc["launchable"] is True and doc["launch_error"] is None
+
+
+def test_a_dry_run_on_an_existing_cluster_says_reuse_or_refusal(daemon: Any, tmp_path: Path) -> None:
+    try:
+        assert cli("launch", "-y", "-c", "dr-fit", "echo up").returncode == 0
+        y = tmp_path / "two.yaml"
+        y.write_text("num_nodes: 2\nrun: echo hi\n")
+        r = cli("launch", "--dryrun", "-o", "json", "-c", "dr-fit", str(y))
+        doc = json.loads(r.stdout)
+        assert doc["launchable"] is False and "2 nodes" in doc["launch_error"], doc["launch_error"]
+        assert not any(c["launch"] for c in doc["tasks"][0]["considered"])
+        r = cli("launch", "-y", "-c", "dr-fit", str(y))
+        assert r.returncode != 0 and "2 nodes" in r.stderr
+        one = tmp_path / "one.yaml"
+        one.write_text("run: echo hi\n")
+        doc = json.loads(cli("launch", "--dryrun", "-o", "json", "-c", "dr-fit", str(one)).stdout)
+        assert doc["launchable"] is True and doc["reuses"] == "dr-fit"
+        assert "reuses it" in cli("launch", "--dryrun", "-c", "dr-fit", str(one)).stdout
+    finally:
+        cli("down", "-y", "dr-fit")

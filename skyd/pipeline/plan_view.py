@@ -154,3 +154,23 @@ def planned_to_json(planned: Any, tasks: list[Any] | None = None) -> dict[str, A
     out["table"] = format_planned(planned, tasks)
     out["dryrun"] = True
     return dict(out)
+
+
+def note_reuse(doc: dict[str, Any], name: str, status: str, refusal: Any) -> None:
+    """A dry run naming an existing cluster: the launch runs there (restarting it when
+    STOPPED), or refuses a task that does not fit it -- say which, above the plan."""
+    from skyd.pipeline import preflight
+
+    if refusal is not None:
+        why = preflight.describe(refusal)
+        line = f"launch refuses (cluster {name!r} exists): {why}"
+        doc["launchable"] = False
+        doc["launch_error"] = why
+        for t in doc.get("tasks") or []:
+            for c in t.get("considered") or []:
+                c["launch"], c["chosen"], c["refused"] = False, False, why
+    else:
+        verb = "restarts and reuses" if status == "STOPPED" else "reuses"
+        line = f"Cluster {name!r} exists ({status}): `skyd launch` {verb} it; nothing is provisioned."
+    doc["reuses"] = None if refusal is not None else name
+    doc["table"] = line + "\n" + str(doc.get("table") or "")
