@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="run this instead of an interactive shell")
     p.set_defaults(func=run)
 
-    x = sub.add_parser(
-        "ssh-proxy", help=argparse.SUPPRESS,
+    x = sub.add_parser(  # no help=: an internal verb, not listed in `skyd --help`
+        "ssh-proxy",
         description="ProxyCommand of skyd's SSH config for nodes without an SSH address: runs "
                     "sshd -i in the node through the provider's exec transport.")
     x.add_argument("infra", choices=["kubernetes"])
