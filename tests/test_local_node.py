@@ -212,7 +212,14 @@ run: |
     assert r.returncode == 3
     # The plain listing has the managed-jobs and services summaries below the clusters.
     out = env.ok("status").stdout
-    assert "ln-ports" in out and "Managed jobs" in out and "Services" in out
+    assert "ln-ports" in out and "No in-progress managed jobs." in out and "No live services." in out
+    name = f"jsum{uuid.uuid4().hex[:6]}"
+    env.ok("jobs", "launch", "-d", "-y", "-n", name, "sleep 60")
+    out = env.ok("status").stdout
+    jobs_part = out.split("Managed jobs", 1)[1].split("Services", 1)[0]
+    assert name in jobs_part, out
+    assert out.index("ln-ports") < out.index("Managed jobs") < out.index(name)
+    env.ok("jobs", "cancel", "-a")
     env.ok("down", "ln-ports", "-y")
 
 
