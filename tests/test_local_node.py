@@ -257,3 +257,32 @@ async def test_a_forgotten_attempt_frees_its_addresses(skyd_home: Path) -> None:
     assert other[0] not in got
     await LocalProvisioner().forget(PartialHandle("half", "local", "local", None, "half"))
     assert set(local_net.allocations_sync()) == set(other)
+
+
+@needs_bwrap
+def test_namespace_layout_binds_where_named_and_writes_nothing_on_the_host(tmp_path: Path) -> None:
+    import subprocess
+
+    from skyd.transports import sandbox_ns
+
+    tag = uuid.uuid4().hex[:8]
+    nd = tmp_path / "node"
+    for d in ("root/a", "root/b", "root/t"):
+        (nd / d).mkdir(parents=True)
+    (nd / "root/a/f").write_text("A\n")
+    (nd / "root/b/g").write_text("B\n")
+    (tmp_path / "exists").mkdir()
+    binds = {f"/ns-{tag}/x": str(nd / "root/a"),  # under a directory the host lacks
+             f"/ns-{tag}/x/inner": str(nd / "root/b"),  # nested: the outer source holds it
+             str(tmp_path / "exists" / "new" / "deep"): str(nd / "root/b"),  # mirrors `exists`
+             f"/tmp/./sub/../m-{tag}": str(nd / "root/a"),  # normalized
+             str(tmp_path.parent): str(nd / "root/t")}  # holds the node itself: left as is
+    wrapper = sandbox_ns.write(nd, binds)
+    script = (f"cat /ns-{tag}/x/f; cat {tmp_path}/exists/new/deep/g; cat /tmp/m-{tag}/f; "
+              f"ls {nd}/root >/dev/null && echo node-visible")
+    r = subprocess.run([str(wrapper), "sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["A", "B", "A", "node-visible"], r.stdout
+    assert "holds this node's own directory" in r.stderr
+    assert not os.path.lexists(f"/ns-{tag}") and not os.path.lexists(f"/tmp/m-{tag}")
+    assert os.listdir(tmp_path / "exists") == []

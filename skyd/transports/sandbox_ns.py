@@ -187,10 +187,20 @@ def write(node_dir: str | Path, binds: dict[str, str] | None = None) -> Path:
     exe = bwrap_path()
     wrapper = d / WRAPPER
     if ok and exe:
-        argv = build_args(binds)
+        # A destination that holds the node itself (`/tmp` when SKYD_HOME is under it) would
+        # hide the job's own script and home: that one stays the host's, with a warning.
+        real = os.path.realpath(node_dir)
+        hidden = {k: v for k, v in binds.items()
+                  if real == _norm(k) or real.startswith(_norm(k).rstrip("/") + "/")}
+        argv = build_args({k: v for k, v in binds.items() if k not in hidden})
         _atomic(d / ARGS, b"".join(a.encode() + b"\0" for a in argv), 0o600)
-        script = ("#!/bin/sh\n# skyd: run a job phase in this node's mount namespace (bubblewrap)\n"
-                  f"exec {shlex.quote(exe)} --args 3 -- \"$@\" 3< {shlex.quote(str(d / ARGS))}\n")
+        lines = ["#!/bin/sh", "# skyd: run a job phase in this node's mount namespace (bubblewrap)"]
+        for dst, src in sorted(hidden.items()):
+            msg = (f"skyd: warning: {dst} holds this node's own directory on this machine, so the"
+                   f" job sees the host's {dst}; the file mount is at {src}")
+            lines.append(f"printf '%s\\n' {shlex.quote(msg)} >&2")
+        lines.append(f"exec {shlex.quote(exe)} --args 3 -- \"$@\" 3< {shlex.quote(str(d / ARGS))}")
+        script = "\n".join(lines) + "\n"
     else:
         (d / ARGS).unlink(missing_ok=True)
         lines = ["#!/bin/sh", "# skyd: no mount namespace here; the job runs as is"]
