@@ -140,15 +140,27 @@ file_mounts:
 run: ls /kd{tag} && sleep {n}
 """)
     env.ok("launch", "-c", "ln-kill", "-d", str(y))
-    wait_for(lambda: procs_matching(f"sleep\0{n}\0"), timeout=20, interval=0.1)
-    bw = [p for p in procs_matching("bwrap") if Path(f"/proc/{p}/cmdline").exists()]
-    assert bw, "the job runs under bubblewrap"
+    wait_for(lambda: procs_matching(f"sleep\0{n}\0"), timeout=30, interval=0.1)
+    cdir = str(env.cluster_dir("ln-kill"))
+
+    def namespaces() -> list[int]:  # bwrap processes running this cluster's job scripts
+        out = []
+        for p in procs_matching(cdir):
+            try:
+                argv0 = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if argv0.endswith(b"bwrap"):
+                out.append(p)
+        return out
+
+    assert namespaces(), "the job runs under bubblewrap"
     for pid in env.agent_pids("ln-kill"):
         os.kill(pid, signal.SIGKILL)
     env.ok("down", "ln-kill", "-y")
     wait_for(lambda: not procs_matching(f"sleep\0{n}\0"), timeout=10, interval=0.1)
-    assert not [p for p in procs_matching("--args\x003") if Path(f"/proc/{p}").exists()]
-    assert str(env.cluster_dir("ln-kill")) not in Path("/proc/self/mounts").read_text()
+    wait_for(lambda: not namespaces(), timeout=10, interval=0.1)
+    assert cdir not in Path("/proc/self/mounts").read_text()
     assert not any(v[0] == "ln-kill" for v in _addresses(env).values())
 
 
