@@ -36,6 +36,16 @@ def aws_loopback_only() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_ssh_config_untouched() -> Iterator[None]:
+    """No test adds skyd's Include line to the real ~/.ssh/config: daemons the tests start
+    leave it alone (SKYD_SSH_CONFIG=off); the tests of that line set HOME to a temp dir and
+    turn it back on (tests/test_ssh_config.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKYD_SSH_CONFIG", "off")
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -79,7 +79,20 @@ def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp
     assert all(ip.startswith("127.0.0.") for ip in fakes[infra].handed_out)
     r = env.ok("exec", name, "echo exec-on-$SKYPILOT_NODE_RANK")
     assert "exec-on-0" in r.stdout
+    # `status --ip` and `ssh NAME` through skyd's generated SSH config (OpenSSH client)
+    ip = env.ok("status", "--ip", name).stdout.strip()
+    assert ip in fakes[infra].handed_out
+    entry = env.home / "ssh-config" / name
+    assert f"Host {name}\n  HostName {ip}\n" in entry.read_text()
+    import shutil
+    import subprocess
+
+    if shutil.which("ssh"):
+        got = subprocess.run(["ssh", "-F", str(entry), "-o", "BatchMode=yes", name, "echo via-openssh"],
+                             capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0 and "via-openssh" in got.stdout, got.stderr
     env.ok("down", name, "-y")
+    assert not entry.exists()
     _nothing_left(fakes)
 
 

@@ -173,3 +173,34 @@ run: |
     assert not any(ln.rstrip().endswith("step 1") for ln in after)  # no restart from 0
     assert step() == 40
     assert _poll(lambda: _fuse_under(env.cluster_dir(cluster)) == [], timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+def test_absolute_bucket_destinations_on_local(env: Env, s3: Any, tmp_path: Path) -> None:
+    """A bucket MOUNT (rclone FUSE in the sandbox) and a COPY at absolute paths are at those
+    paths in the job's mount namespace; nothing is made at them on this machine."""
+    import uuid
+
+    tag = uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket="skyd-abs")
+    s3.put_object(Bucket="skyd-abs", Key="in/hello.txt", Body=b"abs-bucket\n")
+    y = write(tmp_path / "a.yaml", f"""\
+resources: {{infra: local}}
+file_mounts:
+  /bkt{tag}:
+    source: s3://skyd-abs
+    mode: MOUNT
+  /bcopy{tag}:
+    source: s3://skyd-abs/in
+    mode: COPY
+run: |
+  cat /bkt{tag}/in/hello.txt /bcopy{tag}/hello.txt
+  echo from-ns > /bkt{tag}/ns.txt
+""")
+    r = env.ok("launch", "-c", "st-abs", "-y", str(y), timeout=120)
+    assert r.stdout.count("abs-bucket") == 2, r.stdout + r.stderr
+    assert _get(s3, "skyd-abs", "ns.txt") == b"from-ns\n"
+    assert not os.path.lexists(f"/bkt{tag}") and not os.path.lexists(f"/bcopy{tag}")
+    cdir = env.cluster_dir("st-abs")
+    env.ok("down", "-y", "st-abs", timeout=90)
+    assert _fuse_under(cdir) == []

@@ -28,6 +28,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_gpus",
     "skyd.cli.cmd_check",
     "skyd.cli.cmd_ssh",
+    "skyd.cli.cmd_shell",
     "skyd.cli.cmd_storage",
     "skyd.jobs.cli",
     "skyd.serve.cli",

@@ -10,8 +10,14 @@ offered as the node's accelerators.
 Layout of a sandbox (``node_dir``):
   agent.json, agent.log, token (0600), jobs.db ... -- the agent's own files
   home/            HOME of the jobs; ``~/x`` file-mount targets land here
-  workdir/         the synced workdir (the job's cwd), like SkyPilot's ~/sky_workdir
-  root/            absolute file-mount targets (``/data`` -> ``root/data``)
+  home/sky_workdir -> ../workdir (SkyPilot's ~/sky_workdir)
+  workdir/         the synced workdir (the job's cwd)
+  root/            absolute file-mount targets (``/data`` -> ``root/data``), which each job
+                   sees at ``/data`` in its mount namespace (skyd.transports.sandbox_ns)
+  .skyd/           nsexec (the job wrapper), ns-binds.json, ns.args; rclone's files
+
+Each node of the ``local`` infra has its own loopback address (skyd.clouds.local_net): its
+agent listens there, SKYPILOT_NODE_IPS names it, and its jobs may bind it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 import anyio
 
 from skyd import fsutil, paths
+from skyd.clouds import local_net
 from skyd.clouds.base import (
     NODE_RUNNING,
     NODE_STOPPED,
@@ -42,7 +49,7 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.offering import Offering
-from skyd.transports import agent_deploy
+from skyd.transports import agent_deploy, sandbox_ns
 from skyd.transports.agent_deploy import AgentSite
 from skyd.transports.base import NodeShell
 from skyd.transports.local import LocalTransport
@@ -131,21 +138,25 @@ class LocalProvisioner(Provisioner):
         info = self._agent_info(node_dir)
         return bool(info) and self._pid_alive(int(info["pid"]))  # type: ignore[index]
 
-    async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path) -> dict[str, Any]:
+    async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path,
+                           host: str = "127.0.0.1") -> dict[str, Any]:
         from skyd.nodeagent.client import start_agent_detached
 
         (node_dir / "agent.json").unlink(missing_ok=True)
         (node_dir / STOPPED_MARK).unlink(missing_ok=True)
+        # Each job phase runs under the node's wrapper (its mount namespace); rebuilt now, as
+        # the host's top-level entries may have changed since the node was made.
+        wrapper = await anyio.to_thread.run_sync(sandbox_ns.write, node_dir)
         info = await start_agent_detached(
             node_dir,
-            listen="127.0.0.1:0",
+            listen=f"{host or '127.0.0.1'}:0",
             token_file=node_dir / "token",
             rank=rank,
             cluster=handle_cluster,
             extra_args=["--autostop-action", "local-stop"],
             # Jobs inherit the agent's environment: `~` must be the sandbox's home/, so
             # setup/run writing ~/x stay inside SKYD_HOME (as ~/x file mounts do).
-            env={**os.environ, "HOME": str(node_dir / "home")},
+            env={**os.environ, "HOME": str(node_dir / "home"), sandbox_ns.ENV: str(wrapper)},
         )
         return dict(info)
 
@@ -156,10 +167,18 @@ class LocalProvisioner(Provisioner):
         from skyd.transports.fuse import unmount_under
 
         await unmount_under(self.cluster_dir(req.cluster_name), wait=False)  # a killed node's
+        addrs = await self._addresses(req.cluster_name, req.num_nodes)
+        ok, why = await anyio.to_thread.run_sync(sandbox_ns.probe)
+        if not ok:
+            log(f"warning: local nodes run without a mount namespace: {why}; jobs will not find"
+                " absolute file-mount destinations (e.g. /data) at their paths")
         for rank in range(req.num_nodes):
             node_dir = self.node_dir(req.cluster_name, rank)
             for sub in ("home", "workdir", "root"):
                 (node_dir / sub).mkdir(parents=True, exist_ok=True)
+            link = node_dir / "home" / "sky_workdir"
+            if not link.is_symlink() and not link.exists():
+                link.symlink_to(Path("..") / WORKDIR_DST)
             token_file = node_dir / "token"
             fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -168,7 +187,7 @@ class LocalProvisioner(Provisioner):
                 NodeHandle(
                     rank=rank,
                     instance_id=f"{req.cluster_name}-{rank}",
-                    internal_ip="127.0.0.1",
+                    internal_ip=addrs[rank],
                     node_dir=str(node_dir),
                 )
             )
@@ -178,7 +197,7 @@ class LocalProvisioner(Provisioner):
             if self.agent_alive(nd):
                 info = self._agent_info(nd) or {}
             else:
-                info = await self._start_agent(req.cluster_name, node.rank, nd)
+                info = await self._start_agent(req.cluster_name, node.rank, nd, node.internal_ip)
             node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:
@@ -228,6 +247,7 @@ class LocalProvisioner(Provisioner):
             base=str(self.cluster_dir(handle.cluster_name)),
             rank=rank,
             cluster=handle.cluster_name,
+            listen_host=node.internal_ip or "127.0.0.1",
             port=int(info.get("port") or node.agent_port),
             socket=info.get("socket") or None,
         )
@@ -295,7 +315,7 @@ class LocalProvisioner(Provisioner):
                     hint=f"skyd down {handle.cluster_name} and launch it again",
                 )
             if not self.agent_alive(nd):
-                info = await self._start_agent(handle.cluster_name, node.rank, nd)
+                info = await self._start_agent(handle.cluster_name, node.rank, nd, node.internal_ip)
                 node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:
@@ -305,6 +325,7 @@ class LocalProvisioner(Provisioner):
         return handle
 
     async def ensure_agents(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
+        await anyio.to_thread.run_sync(sandbox_ns.probe)  # cached: later path lookups never spawn it
         states = await self.query(handle)
         if NODE_TERMINATED in states or NODE_STOPPED in states:
             return handle
@@ -313,6 +334,8 @@ class LocalProvisioner(Provisioner):
                 info = self._agent_info(Path(node.node_dir))
                 if info:
                     node.agent_port = int(info["port"])
+                # the host's entries a mirrored directory shows, as of this launch
+                await anyio.to_thread.run_sync(sandbox_ns.write, node.node_dir)
             return handle
         log("Restarting node agents that are not running")
         return await self.start(handle, log)
@@ -360,6 +383,7 @@ class LocalProvisioner(Provisioner):
                 await self._remove(nd, log)
         if cdir is not None:
             await self._remove(cdir, log)
+        await self._release(handle.cluster_name)
 
     async def forget(self, partial: PartialHandle) -> None:
         try:
@@ -379,6 +403,29 @@ class LocalProvisioner(Provisioner):
                     pass
         await self._reap_jobs(nds)
         await self._remove(cdir, lambda _m: None)
+        await self._release(partial.cluster_name)
+
+    # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def owns_addresses(self) -> bool:
+        """Only the ``local`` infra hands out node addresses (a fake cloud built on sandboxes
+        stands for VMs whose address it chooses itself)."""
+        return self.cloud_name == LOCAL
+
+    async def _addresses(self, cluster: str, n: int) -> list[str]:
+        if not self.owns_addresses:
+            return ["127.0.0.1"] * n
+        return await local_net.allocate(cluster, n)
+
+    async def _release(self, cluster: str) -> None:
+        if self.owns_addresses:
+            await local_net.release(cluster)
+
+    def _note_dest(self, rank_dir: Path, dst: str, target: Path) -> None:
+        """An absolute destination the node's jobs must find at ``dst`` (its namespace)."""
+        if dst.startswith("/"):
+            sandbox_ns.add_bind(rank_dir, dst, target)
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         site = self._site(handle, rank)
@@ -392,7 +439,12 @@ class LocalProvisioner(Provisioner):
         nd = Path(handle.nodes[rank].node_dir)
         return NodeShell(self.transport(handle.nodes[rank]), str(nd / ".skyd"), str(nd / "home"),
                          str(nd / "root"), label=f"{handle.cluster_name} node {rank} ({nd})",
-                         resolve=lambda dst: self.remote_path(handle, rank, dst))
+                         resolve=lambda dst: self._resolve_noted(handle, rank, dst))
+
+    def _resolve_noted(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
+        target = self.remote_path(handle, rank, dst)
+        self._note_dest(Path(handle.nodes[rank].node_dir), dst, target)
+        return target
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
@@ -411,6 +463,7 @@ class LocalProvisioner(Provisioner):
         self, handle: ClusterHandle, rank: int, src: str, dst: str, excludes: list[str]
     ) -> tuple[int, int]:
         target = self.remote_path(handle, rank, dst)
+        await anyio.to_thread.run_sync(self._note_dest, Path(handle.nodes[rank].node_dir), dst, target)
         source = Path(src)
         if source.is_file():
             def copy_file() -> int:

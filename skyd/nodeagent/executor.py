@@ -23,6 +23,10 @@ from .jobqueue import JobQueue
 
 # The wrapper records its own process group first (see reaper.py), then runs the phase.
 WRAPPER = 'echo "$$" > "$2.pgid"; bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+# The same, with each phase run under a wrapper program ($3: e.g. a `local` node's mount
+# namespace, skyd.transports.sandbox_ns), named by the agent's SKYD_JOB_WRAPPER.
+WRAPPED = WRAPPER.replace('bash "$1"', '"$3" bash "$1"')
+JOB_WRAPPER_ENV = "SKYD_JOB_WRAPPER"
 KILL_GRACE_S = 5.0
 
 
@@ -80,7 +84,7 @@ def job_env(spec: dict[str, Any], job_id: int, rank: int, phase: str, gpu_slots:
             vendor: str, cluster: str) -> dict[str, str]:  # fmt: skip
     """The environment of one rank: SKYPILOT_* (compat) and SKYD_* variables, GPUs, envs."""
     env = dict(os.environ)
-    for k in ("MULTIDICT_NO_EXTENSIONS", "SKYD_AGENT_TOKEN"):
+    for k in ("MULTIDICT_NO_EXTENSIONS", "SKYD_AGENT_TOKEN", JOB_WRAPPER_ENV):
         env.pop(k, None)
     nodes = sorted(spec.get("nodes") or [], key=lambda n: int(n.get("rank", 0)))
     ips = [n.get("internal_ip") or n.get("address", "").rsplit(":", 1)[0] for n in nodes]
@@ -204,10 +208,15 @@ class Executor:
         env = job_env(spec, job_id, rank, phase, gpu_slots, self.vendor, self.cluster)
         if phase == "run":
             self._mark_run_offset(job_id, rank)
+        argv = ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),
+                str(self._exit_path(job_id, rank, phase))]
+        wrapper = os.environ.get(JOB_WRAPPER_ENV)
+        if wrapper and os.access(wrapper, os.X_OK):
+            argv[2] = WRAPPED
+            argv.append(wrapper)
         with open(str(self.log_path(job_id, rank)), "ab") as log:
             proc = subprocess.Popen(
-                ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),
-                 str(self._exit_path(job_id, rank, phase))],
+                argv,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
                 start_new_session=True, close_fds=True,
             )  # fmt: skip

@@ -109,10 +109,9 @@ class AgentBackend(Backend):
         spec = dict(spec)
         nodes = []
         for node in handle.nodes:
-            host, port = "127.0.0.1", node.agent_port
-            if handle.cloud != "local":
-                # Workers are reached by the head over the cluster's private addresses.
-                host = node.internal_ip
+            # Workers are reached by the head over the cluster's private addresses (on
+            # `local`, each node's own loopback address: skyd.clouds.local_net).
+            host, port = node.internal_ip or "127.0.0.1", node.agent_port
             nodes.append({"rank": node.rank, "address": f"{host}:{port}", "internal_ip": node.internal_ip})
         spec["nodes"] = nodes
         spec.setdefault("num_nodes", len(handle.nodes))

@@ -148,6 +148,9 @@ async def save_handle(store: Any, handle: ClusterHandle, status: str, reason: st
         )
         await _bill(db, handle.cluster_name, status, now)
     _changed("clusters", {"name": handle.cluster_name, "status": status})
+    from skyd.pipeline import sshconfig
+
+    await sshconfig.write(handle)  # `ssh NAME`: addresses may have changed
 
 
 async def set_status(store: Any, name: str, status: str, reason: str = "") -> None:
@@ -211,6 +214,9 @@ async def remove_cluster(store: Any, name: str) -> None:
         await db.execute("DELETE FROM clusters WHERE name = ?", (name,))
         await db.execute("DELETE FROM cluster_jobs WHERE cluster = ?", (name,))
     _changed("clusters", {"name": name, "status": "TERMINATED"})
+    from skyd.pipeline import sshconfig
+
+    await sshconfig.remove(name)  # `ssh NAME` goes with the cluster
 
 
 async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> None:
@@ -273,4 +279,20 @@ def public_cluster(row: dict[str, Any]) -> dict[str, Any]:
         "autostop_down": bool(row.get("autostop_down")),
         "last_use": float(row["last_use"]) if row.get("last_use") not in (None, "") else None,
         "resources": json.loads(res) if res else None,
+        **_addresses(row),
     }
+
+
+def _addresses(row: dict[str, Any]) -> dict[str, Any]:
+    """The nodes' addresses (`status --ip`, `--endpoints`): the head's reachable one (its
+    external address, else its internal one) and every node's internal one."""
+    try:
+        h = handle_of(row)
+    except (ValueError, TypeError, KeyError):
+        h = None
+    if h is None or not h.nodes:
+        return {"head_ip": None, "node_ips": [], "external_ips": [], "node_dirs": []}
+    return {"head_ip": h.head.external_ip or h.head.internal_ip or None,
+            "node_ips": [n.internal_ip for n in h.nodes],
+            "external_ips": [n.external_ip for n in h.nodes],
+            "node_dirs": [n.node_dir for n in h.nodes]}

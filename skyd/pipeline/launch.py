@@ -115,7 +115,8 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
                 ctx.log(f"warning: {w}")
             bucket_plan(t)  # bucket names and modes are checked when planning too
         return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
-                                    catalog_dir=payload.get("catalog_dir"), store=ctx.store)
+                                    catalog_dir=payload.get("catalog_dir"), store=ctx.store,
+                                    cluster_name=payload.get("cluster_name"))
     task = await load_task_from_payload(payload)
     for w in task.validate():
         ctx.log(f"warning: {w}")

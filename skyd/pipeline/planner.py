@@ -375,12 +375,12 @@ async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
                                       int(getattr(cand, "request_index", 0))))
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
-    choices.table = format_planned(planned)
+    choices.table = await anyio.to_thread.run_sync(format_planned, planned, [task])
     return choices
 
 
 async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = None,
-                 store: Any | None = None) -> dict[str, Any]:
+                 store: Any | None = None, cluster_name: str | None = None) -> dict[str, Any]:
     """The plan of a task or a whole DAG (a pipeline is solved as one chain, egress included):
     the choice `launch` would run, beside every catalog's offers and how to enable them."""
     import anyio
@@ -394,7 +394,15 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
     if planned.best() is None:
         assert planned.error is not None
         raise planned.error
-    return planned_to_json(planned)
+    doc = await anyio.to_thread.run_sync(planned_to_json, planned, list(dag.tasks))
+    if store is not None and cluster_name:
+        from skyd.pipeline.plan_view import note_reuse
+        from skyd.pipeline.preflight import reuse_note
+
+        note = await reuse_note(store, cluster_name, list(dag.tasks))
+        if note is not None:
+            note_reuse(doc, cluster_name, *note)
+    return doc
 
 
 def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:

@@ -153,6 +153,17 @@ def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecErr
                             field=FEATURE_FIELDS.get(feature, feature), hint=hint)
 
 
+def unsupported_for(task: Any, choice: planner.Choice) -> set[str]:
+    """The features the task uses that the choice's infra cannot serve (checked before
+    provisioning; a dry run's LAUNCH column asks the same: skyd.pipeline.preflight)."""
+    used = requested_features(build_request(task, "", "", choice)) | _task_features(task)
+    return _unsupported(choice.offering.cloud, used)
+
+
+def feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecError:
+    return _feature_error(task, feature, clouds)
+
+
 def supported_choices(
     ctx: Any, task: Any, name: str, choices: list[planner.Choice]
 ) -> list[planner.Choice]:
@@ -161,8 +172,7 @@ def supported_choices(
     keep: list[planner.Choice] = []
     missing: dict[str, list[str]] = {}
     for c in choices:
-        used = requested_features(build_request(task, name, "", c)) | _task_features(task)
-        lacks = _unsupported(c.offering.cloud, used)
+        lacks = unsupported_for(task, c)
         if not lacks:
             keep.append(c)
             continue
@@ -212,7 +222,9 @@ async def _attempt(
     req = dataclasses.replace(req, on_status=on_status)
     partial = req.partial()
     await ctx.stage("PROVISION", "start", target=choice.describe())
-    await cdb.insert_init(store, name, request_id=ctx.request_id, resources=choice.public(),
+    # The ports the task opens are the cluster's (`status --endpoints`).
+    public = {**choice.public(), **({"ports": list(req.ports)} if req.ports else {})}
+    await cdb.insert_init(store, name, request_id=ctx.request_id, resources=public,
                           num_nodes=task.num_nodes, partial=partial)
     backend = AgentBackend(cloud.provisioner())
     timeout = cloud.attempt_timeout()
@@ -251,6 +263,9 @@ async def _attempt(
             handle.tag = tag
         await cdb.save_handle(store, handle, cdb.UP)
         await drop_provision_token(store, ctx.request_id, name)
+        from skyd.pipeline import sshconfig
+
+        await sshconfig.announce(handle, ctx.log)
         await ctx.stage("PROVISION", "done", infra=choice.describe())
         return handle
     scope: FailoverScope = err.scope or ("zone" if choice.offering.zone else "region")

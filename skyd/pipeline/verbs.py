@@ -27,6 +27,13 @@ log = logging.getLogger("skyd.pipeline.verbs")
 REFRESH_S = float(os.environ.get("SKYD_REFRESH_S") or 10.0)
 
 
+async def _addresses(ctx: Any, request: Any) -> Any:
+    """A cluster's status row with its nodes' addresses and ports (`status --ip`,
+    `--endpoints`, `skyd shell`): from SQLite, no token."""
+    row = await cdb.require_cluster(ctx.store, request.match_info["cluster"])
+    return cdb.public_cluster(row)
+
+
 async def _queue(ctx: Any, request: Any) -> Any:
     name = request.match_info["cluster"]
     row = await cdb.require_cluster(ctx.store, name)
@@ -227,6 +234,8 @@ def _register() -> None:
     register_read("GET", "/v1/clusters/{cluster}/logs", _logs, summary="Latest job's log stream")
     register_read("GET", "/v1/clusters/{cluster}/jobs/{job_id}/logs", _logs, summary="A job's log")
     register_read("POST", "/v1/status/refresh", _refresh, summary="Refresh clusters from agents")
+    register_read("GET", "/v1/clusters/{cluster}/addresses", _addresses,
+                  summary="A cluster's node addresses and ports")
     register_read("GET", "/v1/cost-report", _cost_report, summary="Cost of clusters")
     register_read("GET", "/v1/check", _check, summary="Which infras can launch or be planned")
     register_read("GET", "/v1/gpus/k8s", _k8s_gpus, summary="GPUs free per kubernetes context")

@@ -314,6 +314,12 @@ class KubeTransport(Transport):
         await self._checked(cmd, data)
         return files, size
 
+    async def open_stream(self, argv: Sequence[str]) -> relay.Pipe:
+        """An exec session running ``argv`` with its stdin/stdout as a byte stream (e.g.
+        ``sshd -i`` for `ssh CLUSTER`: skyd.pipeline.sshconfig)."""
+        ex = await self._open(list(argv), stdin=True)
+        return relay.Pipe(ex, ex, ex.close, ex.alive)
+
     async def open_pipe(self, socket: str) -> relay.Pipe:
         """An exec session running the relay to the agent's Unix socket."""
         ex = await self._open([self.python, "-S", "-c", relay.RELAY, socket], stdin=True)

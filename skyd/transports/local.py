@@ -1,7 +1,9 @@
 """The transport for nodes on this machine (``local`` sandboxes).
 
 Commands run as subprocesses (``/bin/sh -c``) in the node dir, files are copied with the
-filesystem, and the agent's byte stream is its own 127.0.0.1 port: no relay is needed.
+filesystem, and the agent's byte stream is its own port on the node's loopback address
+(skyd.clouds.local_net): no relay is needed. Jobs run in the node's mount namespace
+(skyd.transports.sandbox_ns); the transport's own commands (syncs, mounts) run on the host.
 """
 
 from __future__ import annotations

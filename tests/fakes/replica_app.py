@@ -88,7 +88,12 @@ def main() -> None:
     if os.environ.get("PID_DIR"):  # tests kill a replica's program through this
         with open(os.path.join(os.environ["PID_DIR"], f"{RID}.pid"), "w") as f:
             f.write(str(os.getpid()))
-    web.run_app(make_app(RID), host="127.0.0.1", port=port, access_log=None, print=None)
+    # A node's own address (on `local`, each node has one: SKYPILOT_NODE_IPS), as an app on a
+    # VM listens where the load balancer reaches it.
+    ips = (os.environ.get("SKYPILOT_NODE_IPS") or "").split()
+    rank = int(os.environ.get("SKYPILOT_NODE_RANK") or 0)
+    host = ips[rank] if rank < len(ips) else "127.0.0.1"
+    web.run_app(make_app(RID), host=host, port=port, access_log=None, print=None)
 
 
 if __name__ == "__main__":
