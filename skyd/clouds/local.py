@@ -131,7 +131,8 @@ class LocalProvisioner(Provisioner):
         info = self._agent_info(node_dir)
         return bool(info) and self._pid_alive(int(info["pid"]))  # type: ignore[index]
 
-    async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path) -> dict[str, Any]:
+    async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path,
+                           secret: str) -> dict[str, Any]:  # fmt: skip
         from skyd.nodeagent.client import start_agent_detached
 
         (node_dir / "agent.json").unlink(missing_ok=True)
@@ -139,7 +140,7 @@ class LocalProvisioner(Provisioner):
         info = await start_agent_detached(
             node_dir,
             listen="127.0.0.1:0",
-            token_file=node_dir / "token",
+            cluster_secret=secret,  # fresh agent credentials from it; it stays in the daemon
             rank=rank,
             cluster=handle_cluster,
             extra_args=["--autostop-action", "local-stop"],
@@ -160,10 +161,6 @@ class LocalProvisioner(Provisioner):
             node_dir = self.node_dir(req.cluster_name, rank)
             for sub in ("home", "workdir", "root"):
                 (node_dir / sub).mkdir(parents=True, exist_ok=True)
-            token_file = node_dir / "token"
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(req.token)
             nodes.append(
                 NodeHandle(
                     rank=rank,
@@ -178,7 +175,7 @@ class LocalProvisioner(Provisioner):
             if self.agent_alive(nd):
                 info = self._agent_info(nd) or {}
             else:
-                info = await self._start_agent(req.cluster_name, node.rank, nd)
+                info = await self._start_agent(req.cluster_name, node.rank, nd, req.token)
             node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:
@@ -295,7 +292,7 @@ class LocalProvisioner(Provisioner):
                     hint=f"skyd down {handle.cluster_name} and launch it again",
                 )
             if not self.agent_alive(nd):
-                info = await self._start_agent(handle.cluster_name, node.rank, nd)
+                info = await self._start_agent(handle.cluster_name, node.rank, nd, handle.token)
                 node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:

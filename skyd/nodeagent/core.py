@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ class SpecError(ValueError):
 
 
 class Agent:
-    def __init__(self, home: Path, *, rank: int, cluster: str, token: str, gpus: list[Gpu],
-                 cpus: float, memory_gb: float, autostop_action: str) -> None:  # fmt: skip
-        self.home, self.rank, self.cluster, self.token = home, rank, cluster, token
+    def __init__(self, home: Path, *, rank: int, cluster: str, peer_ssl: ssl.SSLContext | None,
+                 gpus: list[Gpu], cpus: float, memory_gb: float,
+                 autostop_action: str) -> None:  # fmt: skip
+        # peer_ssl: how the head reaches its workers (mutual TLS, see auth.py)
+        self.home, self.rank, self.cluster, self.peer_ssl = home, rank, cluster, peer_ssl
         self.gpus, self.memory_gb, self.autostop_action = gpus, memory_gb, autostop_action
         self.vendor = gpus[0].vendor if gpus else ""
         self.capacity = Capacity(cpus, [g.index for g in gpus])
@@ -110,7 +113,7 @@ class Agent:
             self._spawn_driver(job)
 
     def _spawn_driver(self, job: dict[str, Any]) -> None:
-        ranks = gang.make_ranks(self.ex, job, self.token)
+        ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
         task = asyncio.ensure_future(gang.drive(self.queue, job["job_id"], ranks))
         self.drivers[job["job_id"]] = task
 
@@ -177,7 +180,7 @@ class Agent:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if job["status"] in jq.ACTIVE:
-            ranks = gang.make_ranks(self.ex, job, self.token)
+            ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
             await asyncio.gather(*(r.kill() for r in ranks))
             for r in ranks:
                 if isinstance(r, gang.RemoteRank):

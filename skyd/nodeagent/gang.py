@@ -1,6 +1,6 @@
 """The job driver on the head: setup on every rank in parallel, then run on every rank;
 the first rank to fail kills the job on every rank. Rank 0 runs here; ranks > 0 on the
-workers' agents over gRPC (cluster token). Re-entrant: after an agent restart the driver
+workers' agents over gRPC (mutual TLS with the head agent's own certificate). Re-entrant: after an agent restart the driver
 resumes from the persisted status, and starting a phase that already started adopts it.
 Python 3.8 compatible."""
 
@@ -9,6 +9,7 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any, Optional, Tuple
 
 from . import jobqueue as jq
@@ -33,10 +34,10 @@ class LocalRank:
 
 
 class RemoteRank:
-    def __init__(self, address: str, token: str, job_id: int, rank: int,
+    def __init__(self, address: str, tls: ssl.SSLContext | None, job_id: int, rank: int,
                  spec: dict[str, Any]) -> None:  # fmt: skip
         host, _, port = address.rpartition(":")
-        self.client = AgentClient(host, int(port), token)
+        self.client = AgentClient(host, int(port), ssl=tls)
         self.job_id, self.rank, self.spec = job_id, rank, spec
 
     async def start(self, phase: str) -> None:
@@ -67,12 +68,12 @@ class RemoteRank:
         self.client.close()
 
 
-def make_ranks(ex: Executor, job: dict[str, Any], token: str) -> list[Any]:
+def make_ranks(ex: Executor, job: dict[str, Any], tls: ssl.SSLContext | None) -> list[Any]:
     spec = dict(job["spec"], secrets=ex.load_secrets(job["job_id"]))  # in memory only
     ranks: list[Any] = [LocalRank(ex, job["job_id"], spec, job["gpu_slots"])]
     for node in sorted(spec["nodes"], key=lambda n: n["rank"]):
         if node["rank"] > 0:
-            ranks.append(RemoteRank(node["address"], token, job["job_id"], node["rank"], spec))
+            ranks.append(RemoteRank(node["address"], tls, job["job_id"], node["rank"], spec))
     return ranks
 
 

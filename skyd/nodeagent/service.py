@@ -6,13 +6,11 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 from grpclib.const import Status
-from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
 from ..proto import skyd_agent as pb
@@ -21,18 +19,6 @@ from . import jobqueue as jq
 from .core import Agent, SpecError
 from .gang import RemoteRank
 from .spec import job_to_proto, spec_to_dict
-
-
-def make_auth_hook(token: str) -> Any:
-    """A RecvRequest listener rejecting calls without `authorization: Bearer <token>`."""
-    expected = (f"Bearer {token}").encode()
-
-    async def on_request(event: RecvRequest) -> None:
-        got = str(event.metadata.get("authorization", "")).encode()
-        if not hmac.compare_digest(got, expected):
-            raise GRPCError(Status.UNAUTHENTICATED, "missing or wrong cluster token")
-
-    return on_request
 
 
 class NodeAgentService(pb.NodeAgentBase):
@@ -111,7 +97,7 @@ class NodeAgentService(pb.NodeAgentBase):
 
     async def _remote_tail(self, node: dict[str, Any], job_id: int,
                            req: pb.TailLogsRequest) -> AsyncIterator[bytes]:  # fmt: skip
-        rr = RemoteRank(node["address"], self.agent.token, job_id, node["rank"], {})
+        rr = RemoteRank(node["address"], self.agent.peer_ssl, job_id, node["rank"], {})
         try:
             async for data in rr.client.tail_logs(job_id, req.follow, req.tail, node["rank"]):
                 yield data

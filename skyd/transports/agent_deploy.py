@@ -5,8 +5,9 @@ later Kubernetes pods and Slurm allocations) runs the agent the same way:
 
 - ``agent_zipapp()``: this build's agent as a zipapp, built once per process (cached under
   ``$SKYD_HOME/ssh``; concurrent callers share one build);
-- ``start``: upload the zipapp once per version (``<base>/agent-<sha>.pyz``), write the
-  cluster token (0600, never on a command line), start the agent detached in its own session
+- ``start``: upload the zipapp once per version (``<base>/agent-<sha>.pyz``), write fresh
+  agent credentials (TLS key and certificates, 0600; docs/nodeagent.md "Authentication"),
+  start the agent detached in its own session
   (``agent_scripts.ENSURE_AGENT``): a running agent of this version is kept, one of another
   version is replaced over the same node dir (the job queue survives: an upgrade);
 - ``node_state`` / ``healthy``: the agent's process state on the node, then a Health RPC
@@ -123,10 +124,17 @@ async def start(t: Transport, site: AgentSite, token: str, zipapp: tuple[Path, s
     )
     if "have" not in res.stdout:
         await t.put(pyz_local, pyz)
-    await t.write_file(posixpath.join(nd, "token"), token.encode(), mode=0o600)
+    # Fresh credentials for this start (the cluster secret itself never reaches the node):
+    # staged, and put in place by ENSURE_AGENT only if it starts an agent.
+    from skyd.nodeagent.credentials import agent_credentials
+
+    creds = await anyio.to_thread.run_sync(agent_credentials, token)
+    for name, data in creds.items():
+        await t.write_file(posixpath.join(nd, agent_scripts.STAGED + name), data, mode=0o600)
     listen = f"{site.listen_host}:0"
     out = await t.run(
-        [t.python, "-c", agent_scripts.ENSURE_AGENT, nd, pyz, sha, listen, str(site.rank), site.cluster],
+        [t.python, "-c", agent_scripts.ENSURE_AGENT, nd, pyz, sha, listen, str(site.rank), site.cluster,
+         *creds],
         timeout=60,
     )
     if out.exit_status != 0:

@@ -141,6 +141,12 @@ class SlurmProvisioner(Provisioner):
             if "have" not in res.stdout:
                 await t.put(pyz_local, pyz)
             await t.write_file(posixpath.join(jobdir, "token"), token.encode(), mode=0o600)
+            # the allocation's agent credentials (docs/nodeagent.md "Authentication"): node.sh
+            # copies them into every node dir; the token stays here (a found allocation's)
+            from skyd.nodeagent.credentials import agent_credentials
+
+            for name, data in (await anyio.to_thread.run_sync(agent_credentials, token)).items():
+                await t.write_file(posixpath.join(jobdir, name), data, mode=0o600)
             await t.write_file(posixpath.join(jobdir, "node.sh"), scripts.node_script(
                 base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha,
                 accelerator=req.offering.accelerator).encode(), mode=0o700)

@@ -83,7 +83,8 @@ nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
 mkdir -p "$nd" && chmod 700 {q(base)} "$nd"
 addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
 [ -n "$addr" ] || addr=$(hostname)
-cp {q(base)}/slurm/{q(tag)}/token "$nd/token" && chmod 600 "$nd/token"
+rm -f "$nd/token"
+(umask 077 && cp {q(base)}/slurm/{q(tag)}/agent.crt {q(base)}/slurm/{q(tag)}/agent.key {q(base)}/slurm/{q(tag)}/ca.crt "$nd/")
 echo {q(sha)} > "$nd/agent.sha"
 rm -f "$nd/agent.json" "$nd/stopped.json"
 echo "$SLURMD_NODENAME $addr" > "$nd/slurm-node"
@@ -95,7 +96,7 @@ fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
 {gpus}cd "$nd"
-exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" --token-file "$nd/token" \\
+exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
   --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
 """
 
