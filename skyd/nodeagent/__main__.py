@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="report these fake GPUs, e.g. H100:2 (default: detect; env SKYD_FAKE_GPUS works too)",
     )
     p.add_argument("--tick", type=float, default=1.0, help="event loop tick seconds")
+    p.add_argument("--rank-lease", type=float, default=None,
+                   help="worker: end a rank whose head has not asked about it for this many "
+                   "seconds (default 30)")  # fmt: skip
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
     args = p.parse_args(argv)
     if args.autostop_action != "local-stop" and not args.autostop_action.startswith("command:"):
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     coro = serve(Path(args.home).resolve(), args.listen,
                  Path(args.tls_dir) if args.tls_dir else None, args.node_rank,
                  args.cluster, args.autostop_action, args.cpus, args.gpus, args.tick,
-                 args.heartbeat_interval, args.socket)  # fmt: skip
+                 args.heartbeat_interval, args.socket, args.rank_lease)  # fmt: skip
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     from .server import CredentialsError

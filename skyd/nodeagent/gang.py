@@ -9,8 +9,11 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import ssl
 from typing import Any, Optional, Tuple
+
+from grpclib.exceptions import StreamTerminatedError
 
 from . import jobqueue as jq
 from .client import AgentClient
@@ -49,7 +52,7 @@ class RemoteRank:
             try:
                 st = await self.client.rank_status(self.job_id, self.rank, phase, wait_seconds=10)
                 failures = 0
-            except (OSError, asyncio.TimeoutError):
+            except (OSError, asyncio.TimeoutError, StreamTerminatedError):
                 failures += 1  # worker unreachable: retry for ~30 s, then the rank is lost
                 if failures > 30:
                     return "lost", None
@@ -107,24 +110,34 @@ async def drive(queue: jq.JobQueue, job_id: int, ranks: list[Any]) -> str:
     job = queue.get(job_id)
     assert job is not None
     try:
-        if job["status"] == jq.SETTING_UP:
-            if job["spec"].get("setup"):
-                ok, code, reason = await _run_phase(ranks, "setup")
-                if not ok:
-                    await asyncio.gather(*(r.kill() for r in ranks))
-                    status = jq.FAILED_SETUP if code is not None else jq.FAILED_DRIVER
-                    queue.set_status(job_id, status, exit_code=code, reason=reason)
-                    return status
-            job = queue.set_status(job_id, jq.RUNNING)
-        ok, code, reason = await _run_phase(ranks, "run")
-        await asyncio.gather(*(r.kill() for r in ranks))  # failed: stop others; ok: reap leftovers
-        if ok:
-            status = jq.SUCCEEDED
-        else:
-            status = jq.FAILED if code is not None else jq.FAILED_DRIVER
-        queue.set_status(job_id, status, exit_code=code, reason=reason)
-        return status
+        return await _drive(queue, job_id, job, ranks)
+    except (asyncio.CancelledError, OSError, sqlite3.Error):
+        raise  # agent exit / storage: the next driver adopts the ranks
+    except Exception:
+        # A driver error ends the job (FAILED_DRIVER): end its ranks on every node too.
+        await asyncio.gather(*(r.kill() for r in ranks), return_exceptions=True)
+        raise
     finally:
         for r in ranks:
             if isinstance(r, RemoteRank):
                 r.close()
+
+
+async def _drive(queue: jq.JobQueue, job_id: int, job: dict[str, Any], ranks: list[Any]) -> str:
+    if job["status"] == jq.SETTING_UP:
+        if job["spec"].get("setup"):
+            ok, code, reason = await _run_phase(ranks, "setup")
+            if not ok:
+                await asyncio.gather(*(r.kill() for r in ranks))
+                status = jq.FAILED_SETUP if code is not None else jq.FAILED_DRIVER
+                queue.set_status(job_id, status, exit_code=code, reason=reason)
+                return status
+        job = queue.set_status(job_id, jq.RUNNING)
+    ok, code, reason = await _run_phase(ranks, "run")
+    await asyncio.gather(*(r.kill() for r in ranks))  # failed: stop others; ok: reap leftovers
+    if ok:
+        status = jq.SUCCEEDED
+    else:
+        status = jq.FAILED if code is not None else jq.FAILED_DRIVER
+    queue.set_status(job_id, status, exit_code=code, reason=reason)
+    return status

@@ -113,7 +113,8 @@ def node_memory_gb() -> float:
 async def serve(home: Path, listen_addr: str, tls_dir: Path | None, rank: int,
                 cluster: str, autostop_action: str, cpus: float | None,
                 fake_gpus: str | None, tick_s: float, heartbeat_s: float,
-                socket_path: str | None = None) -> None:  # fmt: skip
+                socket_path: str | None = None,
+                rank_lease_s: float | None = None) -> None:  # fmt: skip
     home.mkdir(parents=True, exist_ok=True)
     tls_dir = tls_dir or home
     why = auth.check_files(tls_dir)
@@ -135,6 +136,8 @@ async def serve(home: Path, listen_addr: str, tls_dir: Path | None, rank: int,
     agent = Agent(home, rank=rank, cluster=cluster, peer_ssl=auth.peer_context(tls_dir), gpus=gpus,
                   cpus=float(cpus if cpus is not None else (os.cpu_count() or 1)),
                   memory_gb=node_memory_gb(), autostop_action=autostop_action)  # fmt: skip
+    if rank_lease_s is not None:
+        agent.rank_lease_s = rank_lease_s
     agent.recover()
     server = Server([NodeAgentService(agent)])
     info: dict[str, Any] = {"pid": os.getpid(), "version": VERSION, "started_at": time.time(),

@@ -132,6 +132,7 @@ class NodeAgentService(pb.NodeAgentBase):
     async def start_rank(self, req: pb.StartRankRequest) -> pb.RankState:
         if req.phase not in ("setup", "run"):
             raise GRPCError(Status.INVALID_ARGUMENT, "phase must be setup or run")
+        self.agent.head_contact(req.job_id)
         try:
             self.agent.start_rank(req.job_id, req.rank, req.phase, spec_to_dict(req.spec))
         except SpecError as e:
@@ -139,9 +140,13 @@ class NodeAgentService(pb.NodeAgentBase):
         return self._rank_state(req.job_id, req.rank, req.phase)
 
     async def rank_status(self, req: pb.RankStatusRequest) -> pb.RankState:
-        if req.wait_seconds > 0:
-            await self.agent.ex.wait(req.job_id, req.rank, req.phase, timeout=req.wait_seconds)
-        return self._rank_state(req.job_id, req.rank, req.phase)
+        self.agent.head_contact(req.job_id)
+        try:
+            if req.wait_seconds > 0:
+                await self.agent.ex.wait(req.job_id, req.rank, req.phase, timeout=req.wait_seconds)
+            return self._rank_state(req.job_id, req.rank, req.phase)
+        finally:
+            self.agent.head_contact(req.job_id)
 
     async def kill_rank(self, req: pb.KillRankRequest) -> pb.KillRankResponse:
         await self.agent.kill_rank(req.job_id, req.rank)
