@@ -44,7 +44,7 @@ def _all_gone(pids: list[int], timeout: float) -> bool:
 
 
 async def test_worker_agent_killed_ends_every_rank(agents: AgentFactory, tmp_path: Path) -> None:
-    nodes = [agents.start("n%d" % r, rank=r) for r in range(2)]
+    nodes = [agents.start(f"n{r}", rank=r) for r in range(2)]
     pids = tmp_path / "pids"
     pids.mkdir()
     async with nodes[0].client() as c:
