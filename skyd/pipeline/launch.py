@@ -242,6 +242,13 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     task = await load_task_from_payload(payload)
     planner.check_fits(task, handle)
     await anyio.to_thread.run_sync(check_local_paths, task)
+    # A dead agent (or a stranger on its old port: the TLS handshake fails) is restarted
+    # on a new port before anything is sent to it.
+    from skyd.pipeline.lifecycle import answering_agents
+
+    row, handle, note = await answering_agents(store, name, row, handle)
+    if note:
+        ctx.log(note)
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     if task.workdir:
