@@ -310,6 +310,20 @@ class LocalProvisioner(Provisioner):
                 info = self._agent_info(Path(node.node_dir))
                 if info:
                     node.agent_port = int(info["port"])
+
+            async def answer(node: NodeHandle) -> None:
+                # Running but not answering (hung, or an older version's plaintext agent):
+                # a new agent takes its home over (the old one leaves, its jobs are adopted).
+                site = self._site(handle, node.rank)
+                if not await agent_deploy.healthy(self.transport(node), site, handle.token):
+                    log(f"Restarting the node agent of node {node.rank}: it does not answer")
+                    info = await self._start_agent(handle.cluster_name, node.rank,
+                                                   Path(node.node_dir), handle.token)  # fmt: skip
+                    node.agent_port = int(info["port"])
+
+            async with anyio.create_task_group() as tg:
+                for node in handle.nodes:
+                    tg.start_soon(answer, node)
             return handle
         log("Restarting node agents that are not running")
         return await self.start(handle, log)
