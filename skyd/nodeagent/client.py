@@ -28,6 +28,7 @@ from typing import Any
 
 from grpclib.client import Channel
 from grpclib.config import Configuration
+from grpclib.exceptions import StreamTerminatedError
 
 from ..proto import skyd_agent as pb
 from .auth import SERVER_NAME
@@ -143,7 +144,7 @@ class AgentClient:
         (the TLS handshake failed)."""
         try:
             resp = await self._stub.health(pb.HealthRequest(), timeout=timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (OSError, asyncio.TimeoutError, StreamTerminatedError):
             return False
         return bool(resp.ok)
 
