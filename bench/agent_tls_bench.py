@@ -58,11 +58,24 @@ async def serve(home: Path) -> None:
     await asyncio.Event().wait()
 
 
+CPU: dict[str, float] = {}  # name -> CPU seconds (client + server) spent in its calls
+CHILD = 0
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process plus the serving child (load-independent cost)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/{CHILD}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return time.process_time() + (int(fields[11]) + int(fields[12])) / ticks
+
+
 def stats(name: str, lat: list[float]) -> tuple[float, float]:
     lat.sort()
     q = statistics.quantiles(lat, n=100)
+    cpu = CPU.get(name, 0.0) / len(lat)
     print(f"  {name:<28} p50 {q[49] * 1000:7.3f} ms  p99 {q[98] * 1000:7.3f} ms  "
-          f"mean {statistics.fmean(lat) * 1000:7.3f} ms")  # fmt: skip
+          f"mean {statistics.fmean(lat) * 1000:7.3f} ms  CPU {cpu * 1000:6.3f} ms/call")  # fmt: skip
     return q[49], statistics.fmean(lat)
 
 
@@ -87,12 +100,14 @@ async def measure(ports: list[int], fresh: int, kept: int) -> None:
         async with AgentClient("127.0.0.1", ports[1], SECRET) as c:
             assert await c.health()
 
-    async def timed(fn: object, n: int) -> list[float]:
+    async def timed(fn: object, n: int, name: str = "") -> list[float]:
         out = []
+        c0 = cpu_now()
         for _ in range(n):
             t0 = time.perf_counter()
             await fn()  # type: ignore[operator]
             out.append(time.perf_counter() - t0)
+        CPU[name] = CPU.get(name, 0.0) + cpu_now() - c0
         return out
 
     for fn in (plain_fresh, tls_fresh):  # warm-up (the daemon's client context is built once)
@@ -101,10 +116,11 @@ async def measure(ports: list[int], fresh: int, kept: int) -> None:
     a: list[float] = []
     b: list[float] = []
     for _ in range(fresh // 50):
-        a += await timed(plain_fresh, 50)
-        b += await timed(tls_fresh, 50)
+        a += await timed(plain_fresh, 50, "plaintext + bearer (old)")
+        b += await timed(tls_fresh, 50, "mutual TLS (new)")
     pa = stats("plaintext + bearer (old)", a)
     pb_ = stats("mutual TLS (new)", b)
+    CPU.clear()
     print(f"  TLS overhead: +{(pb_[0] - pa[0]) * 1000:.3f} ms p50, "
           f"x{pb_[1] / pa[1]:.2f} mean")  # fmt: skip
 
@@ -114,8 +130,9 @@ async def measure(ports: list[int], fresh: int, kept: int) -> None:
         print(f"kept channel ({kept} sequential Health calls each, interleaved):")
         a, b = [], []
         for _ in range(kept // 500):
-            a += await timed(lambda: stub.health(pb.HealthRequest()), 500)
-            b += await timed(tc.health, 500)
+            a += await timed(lambda: stub.health(pb.HealthRequest()), 500,
+                             "plaintext + bearer (old)")
+            b += await timed(tc.health, 500, "mutual TLS (new)")
         pa = stats("plaintext + bearer (old)", a)
         pb_ = stats("mutual TLS (new)", b)
         print(f"  TLS overhead: +{(pb_[0] - pa[0]) * 1000:.3f} ms p50, "
@@ -138,6 +155,8 @@ def main() -> None:
         env = dict(os.environ, MULTIDICT_NO_EXTENSIONS="1")
         child = subprocess.Popen([sys.executable, __file__, "--serve", d], stdout=subprocess.PIPE,
                                  text=True, env=env)  # fmt: skip
+        global CHILD
+        CHILD = child.pid
         try:
             assert child.stdout is not None
             ports = [int(p) for p in child.stdout.readline().split()]
