@@ -1,7 +1,8 @@
 """SlurmProvisioner: a skyd cluster is one sbatch allocation (``--job-name=skyd-<tag>``).
 
 The daemon reaches the cluster's login host over SSH (``~/.slurm/config``). Provisioning
-uploads the agent zipapp and the token to the shared home, submits the batch script
+uploads the agent zipapp, the cluster token (for a resumed provisioning) and the allocation's
+agent credentials (docs/nodeagent.md "Authentication") to the shared home, submits the batch script
 (scripts.py), follows the job through PENDING (the scheduler's reason goes to the launch log)
 to RUNNING, then waits for every node's agent.json. Agents listen on their node's
 ``NodeAddr``; the daemon reaches them through the login host (SSH port forward or the exec

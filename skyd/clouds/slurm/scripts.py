@@ -2,7 +2,8 @@
 
 Layout on the cluster's shared file system (the login user's home):
   ~/.skyd/agent-<sha>.pyz            the agent zipapp (shared with ``ssh`` pools' layout)
-  ~/.skyd/slurm/<tag>/               job.sh, node.sh, token (0600), slurm-<jobid>.out
+  ~/.skyd/slurm/<tag>/               job.sh, node.sh, token, agent.crt/agent.key/ca.crt (0600),
+                                     slurm-<jobid>.out (node.sh copies the credentials)
   ~/.skyd/nodes/<tag>-<rank>/        the agent's --home on node <rank> (SLURM_NODEID)
 """
 
