@@ -199,6 +199,9 @@ def test_zipapp_on_old_python(py: str, tmp_path: Path) -> None:
     build_zipapp(pyz, compat_dir=compat)
     home = tmp_path / "home"
     info = start_agent_detached_blocking(home, python=py, zipapp=pyz, cluster_secret="old-py")
+    # a worker too: the head reaches it over mutual TLS with the old Python's ssl and grpclib
+    winfo = start_agent_detached_blocking(tmp_path / "worker", python=py, zipapp=pyz, rank=1,
+                                          cluster_secret="old-py")  # fmt: skip
     try:
 
         async def use() -> None:
@@ -206,11 +209,19 @@ def test_zipapp_on_old_python(py: str, tmp_path: Path) -> None:
                 j = await c.submit_job({"setup": "echo s", "run": "echo r; exit 2"})
                 job = await wait_status(c, j, "FAILED")
                 assert job["exit_code"] == 2 and await read_log(c, j) == "s\nr\n"
+                nodes = [{"rank": r, "address": "127.0.0.1:%d" % i["port"]}
+                         for r, i in enumerate((info, winfo))]  # fmt: skip
+                j = await c.submit_job({"run": "echo rank=$SKYPILOT_NODE_RANK", "num_nodes": 2,
+                                        "nodes": nodes})  # fmt: skip
+                await wait_status(c, j, "SUCCEEDED")
+                merged = await read_log(c, j)
+                assert "(head, rank=0) rank=0" in merged and "(worker1, rank=1) rank=1" in merged
                 await c.shutdown(exit=True)
 
         asyncio.run(use())
     finally:
-        try:
-            os.kill(info["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for i in (info, winfo):
+            try:
+                os.kill(i["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
