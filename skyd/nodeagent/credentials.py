@@ -116,6 +116,12 @@ def write_agent_credentials(home: Path, secret: str) -> None:
         os.replace(str(tmp), str(home / name))
 
 
+def cached_client_ssl(secret: str) -> ssl.SSLContext | None:
+    """client_ssl's context if it is built already (no blocking work), else None."""
+    with _LOCK:
+        return _CLIENTS.get(_key_id(secret))
+
+
 def client_ssl(secret: str) -> ssl.SSLContext:
     """The daemon's TLS client context for a cluster: trusts only the cluster CA (server name
     SERVER_NAME), presents a certificate that CA signed. Built once per cluster and process;

@@ -162,6 +162,17 @@ async def process_states(t: Transport, sites: Sequence[AgentSite]) -> list[tuple
     return out
 
 
+async def client_ssl(token: str) -> Any:
+    """The daemon's TLS client context for the cluster of ``token``; built once per process
+    (key generation and a file write) in a worker thread, never on the event loop."""
+    from skyd.nodeagent import credentials
+
+    ctx = credentials.cached_client_ssl(token)
+    if ctx is None:
+        ctx = await anyio.to_thread.run_sync(credentials.client_ssl, token)
+    return ctx
+
+
 async def healthy(t: Transport, site: AgentSite, token: str, timeout: float = 5.0) -> bool:
     """True when the agent answers Health through the transport's byte stream."""
     try:
@@ -171,7 +182,7 @@ async def healthy(t: Transport, site: AgentSite, token: str, timeout: float = 5.
     try:
         with anyio.fail_after(timeout + 10):
             host, port = await t.agent_endpoint(site.address())
-            async with AgentClient(host, port, token) as c:
+            async with AgentClient(host, port, ssl=await client_ssl(token)) as c:
                 return await c.health(timeout=timeout)
     except Exception:  # noqa: BLE001 - any failure means unhealthy
         return False
@@ -201,7 +212,7 @@ async def request_exit(t: Transport, site: AgentSite, token: str, timeout: float
 
         with anyio.fail_after(timeout):
             host, port = await t.agent_endpoint(site.address())
-            async with AgentClient(host, port, token) as c:
+            async with AgentClient(host, port, ssl=await client_ssl(token)) as c:
                 await c.shutdown(exit=True)
         return True
     except Exception:  # noqa: BLE001 - the caller falls back to signals
@@ -285,6 +296,7 @@ __all__ = [
     "UNKNOWN",
     "AgentSite",
     "agent_zipapp",
+    "client_ssl",
     "ensure",
     "healthy",
     "node_state",
