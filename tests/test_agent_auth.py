@@ -215,7 +215,7 @@ def test_gang_job_ends_on_every_node_when_one_agent_dies(daemon: Any, skyd_home:
     # The dead agent's rank goes with it, the other node's soon after (the head gives up on
     # an unreachable worker; a worker ends ranks its head stopped asking about).
     assert wait_for(lambda: not _alive(pids[victim]), timeout=10)
-    assert wait_for(lambda: not any(_alive(p) for p in pids), timeout=60), pids
+    assert wait_for(lambda: not any(_alive(p) for p in pids), timeout=90), pids
     r = cli("cancel", "-y", name, "1", timeout=120)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "internal error" not in r.stderr
