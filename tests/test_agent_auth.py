@@ -235,3 +235,26 @@ def test_cancel_right_after_an_agent_dies_ends_what_is_left(daemon: Any, skyd_ho
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "internal error" not in r.stderr
     assert wait_for(lambda: not any(_alive(p) for p in pids), timeout=15), pids
+
+
+def test_exec_restarts_an_agent_the_refresher_marked_unhealthy(skyd_home: Path) -> None:
+    """The refresher marks a cluster whose agent died INIT (unhealthy); `exec` still restarts
+    the agent and runs (it used to refuse: "cluster is INIT")."""
+    with running_daemon(SKYD_REFRESH_S="0.5"):
+        try:
+            r = cli("launch", "-y", "-c", "rf", "echo first")
+            assert r.returncode == 0, r.stderr
+            old = _kill_agent(skyd_home, "rf")
+
+            def status() -> str:
+                rows = json.loads(cli("status", "-o", "json").stdout)
+                return next(str(c["status"]) for c in rows if c["name"] == "rf")
+
+            assert wait_for(lambda: status() == "INIT", timeout=30, interval=0.3)
+            r = cli("exec", "rf", "echo again", timeout=120)
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            assert "again" in r.stdout and "restarted" in r.stdout + r.stderr
+            assert _agent(skyd_home, "rf")["pid"] != old["pid"]
+        finally:
+            cli("down", "-a", "-y", timeout=120)
+    stop_autostarted()
