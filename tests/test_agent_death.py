@@ -187,8 +187,7 @@ def test_job_that_ends_while_the_disk_is_full_does_not_stay_running(small_fs: Pa
 
     home = small_fs / "node"
     home.mkdir()
-    (home / "token").write_text("tok")
-    info = start_agent_detached_blocking(home, token_file=home / "token", cluster="df")
+    info = start_agent_detached_blocking(home, cluster_secret="tok", cluster="df")
     fill = small_fs / "fill"
     spec = {"name": "df", "run": f"head -c 4000000 /dev/zero > {fill} 2>/dev/null; exit 0",
             "setup": "", "envs": {}, "workdir": "", "gpus": 0, "cpus": 0, "num_nodes": 1,

@@ -78,8 +78,7 @@ def test_a_second_agent_on_one_home_takes_over(tmp_path: Path) -> None:
 
     home = tmp_path / "node"
     (home).mkdir()
-    (home / "token").write_text("t0k3n")
-    kw: dict[str, Any] = {"token_file": home / "token", "cluster": "c"}
+    kw: dict[str, Any] = {"cluster_secret": "t0k3n", "cluster": "c"}
     a = start_agent_detached_blocking(home, **kw)
     try:
         b = start_agent_detached_blocking(home, **kw)
@@ -245,9 +244,8 @@ async def test_forget_ends_an_agent_that_had_not_announced_itself(skyd_home: Pat
     prov = get_cloud("local").provisioner()
     nd = skyd_home / "local" / "half" / "node-0"
     nd.mkdir(parents=True)
-    (nd / "token").write_text("tok")
     info = await anyio.to_thread.run_sync(
-        lambda: start_agent_detached_blocking(nd, token_file=nd / "token", cluster="half"))
+        lambda: start_agent_detached_blocking(nd, cluster_secret="tok", cluster="half"))
     try:
         (nd / "agent.json").unlink()  # as if the daemon died before the agent wrote it
         from skyd.clouds.base import PartialHandle

@@ -138,7 +138,8 @@ def test_zipapp_build_and_start(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     info = start_agent_detached_blocking(home, python=sys.executable, zipapp=run_dir / "agent.pyz",
-                                         extra_args=["--gpus", "MI300X:8"], env=env)  # fmt: skip
+                                         extra_args=["--gpus", "MI300X:8"], env=env,
+                                         cluster_secret="zip-secret")  # fmt: skip
     try:
         # -I -S: no site-packages, so everything must come from the archive.
         cmd = [
@@ -153,7 +154,7 @@ def test_zipapp_build_and_start(tmp_path: Path) -> None:
         assert out.returncode == 0 and "--autostop-action" in out.stdout
 
         async def use() -> None:
-            async with AgentClient("127.0.0.1", info["port"], (home / "token").read_text()) as c:
+            async with AgentClient("127.0.0.1", info["port"], "zip-secret") as c:
                 j = await c.submit_job({"run": "echo from-zipapp $HIP_VISIBLE_DEVICES", "gpus": 1})
                 await wait_status(c, j, "SUCCEEDED")
                 assert await read_log(c, j) == "from-zipapp 0\n"
@@ -197,19 +198,30 @@ def test_zipapp_on_old_python(py: str, tmp_path: Path) -> None:
     pyz = tmp_path / "agent.pyz"
     build_zipapp(pyz, compat_dir=compat)
     home = tmp_path / "home"
-    info = start_agent_detached_blocking(home, python=py, zipapp=pyz)
+    info = start_agent_detached_blocking(home, python=py, zipapp=pyz, cluster_secret="old-py")
+    # a worker too: the head reaches it over mutual TLS with the old Python's ssl and grpclib
+    winfo = start_agent_detached_blocking(tmp_path / "worker", python=py, zipapp=pyz, rank=1,
+                                          cluster_secret="old-py")  # fmt: skip
     try:
 
         async def use() -> None:
-            async with AgentClient("127.0.0.1", info["port"], (home / "token").read_text()) as c:
+            async with AgentClient("127.0.0.1", info["port"], "old-py") as c:
                 j = await c.submit_job({"setup": "echo s", "run": "echo r; exit 2"})
                 job = await wait_status(c, j, "FAILED")
                 assert job["exit_code"] == 2 and await read_log(c, j) == "s\nr\n"
+                nodes = [{"rank": r, "address": "127.0.0.1:%d" % i["port"]}
+                         for r, i in enumerate((info, winfo))]  # fmt: skip
+                j = await c.submit_job({"run": "echo rank=$SKYPILOT_NODE_RANK", "num_nodes": 2,
+                                        "nodes": nodes})  # fmt: skip
+                await wait_status(c, j, "SUCCEEDED")
+                merged = await read_log(c, j)
+                assert "(head, rank=0) rank=0" in merged and "(worker1, rank=1) rank=1" in merged
                 await c.shutdown(exit=True)
 
         asyncio.run(use())
     finally:
-        try:
-            os.kill(info["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for i in (info, winfo):
+            try:
+                os.kill(i["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -149,12 +149,14 @@ async def test_amd_visibility_env(agents: AgentFactory) -> None:
         assert {g["vendor"] for g in (await c.status())["gpus"]} == {"amd"}
 
 
-async def test_wrong_token_is_rejected(agents: AgentFactory) -> None:
+async def test_wrong_cluster_secret_is_rejected(agents: AgentFactory) -> None:
+    """A client of another cluster (its certificate signed by another CA) gets no call
+    through: the TLS handshake fails before any request."""
     a = agents.start()
     async with a.client(token="wrong") as c:
-        for call in (c.health(), c.job_queue(), c.submit_job({"run": "true"})):
-            with pytest.raises(GRPCError) as ei:
+        assert await c.health() is False
+        for call in (c.job_queue(), c.submit_job({"run": "true"})):
+            with pytest.raises(OSError):
                 await call
-            assert ei.value.status == Status.UNAUTHENTICATED
     async with a.client() as c:
         assert await c.job_queue() == []  # nothing was submitted

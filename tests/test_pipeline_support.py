@@ -76,7 +76,13 @@ class Env:
         return procs_matching(f"--cluster\0{cluster}\0")
 
     def token(self, cluster: str) -> str:
-        return (self.cluster_dir(cluster) / "node-0" / "token").read_text().strip()
+        """The cluster secret (kept in the daemon's state; it never reaches the nodes)."""
+        import json
+        import sqlite3
+
+        with sqlite3.connect(str(self.home / "state.db")) as con:
+            row = con.execute("SELECT handle FROM clusters WHERE name = ?", (cluster,)).fetchone()
+        return str(json.loads(row[0])["token"])
 
 
 def procs_matching(marker: str) -> list[int]:

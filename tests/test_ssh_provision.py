@@ -47,9 +47,12 @@ async def test_deploy_health_stop_start_terminate(skyd_home: Path, tmp_path: Pat
             node = handle.head
             assert handle.accelerators == {"H100": 8.0} and handle.hourly_cost == 0.0
             assert allocations_sync() == {node.instance_id: "c1"}
-            token_file = Path(node.node_dir) / "token"
-            assert token_file.read_text() == handle.token
-            assert token_file.stat().st_mode & 0o777 == 0o600
+            nd = Path(node.node_dir)
+            assert not (nd / "token").exists()  # the cluster secret stays in the daemon
+            for name in ("agent.crt", "agent.key", "ca.crt", "agent.json"):
+                assert (nd / name).stat().st_mode & 0o777 == 0o600, name
+            assert not any(handle.token in f.read_text(errors="replace")
+                           for f in nd.rglob("*") if f.is_file() and f.suffix != ".db")
             assert not any(handle.token in c for c in h.commands)
             assert not any(handle.token in line for line in logs)
             info = json.loads((Path(node.node_dir) / "agent.json").read_text())

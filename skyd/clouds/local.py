@@ -139,7 +139,7 @@ class LocalProvisioner(Provisioner):
         return bool(info) and self._pid_alive(int(info["pid"]))  # type: ignore[index]
 
     async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path,
-                           host: str = "127.0.0.1") -> dict[str, Any]:
+                           secret: str, host: str = "127.0.0.1") -> dict[str, Any]:  # fmt: skip
         from skyd.nodeagent.client import start_agent_detached
 
         (node_dir / "agent.json").unlink(missing_ok=True)
@@ -150,7 +150,7 @@ class LocalProvisioner(Provisioner):
         info = await start_agent_detached(
             node_dir,
             listen=f"{host or '127.0.0.1'}:0",
-            token_file=node_dir / "token",
+            cluster_secret=secret,  # fresh agent credentials from it; it stays in the daemon
             rank=rank,
             cluster=handle_cluster,
             extra_args=["--autostop-action", "local-stop"],
@@ -179,10 +179,6 @@ class LocalProvisioner(Provisioner):
             link = node_dir / "home" / "sky_workdir"
             if not link.is_symlink() and not link.exists():
                 link.symlink_to(Path("..") / WORKDIR_DST)
-            token_file = node_dir / "token"
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(req.token)
             nodes.append(
                 NodeHandle(
                     rank=rank,
@@ -197,7 +193,8 @@ class LocalProvisioner(Provisioner):
             if self.agent_alive(nd):
                 info = self._agent_info(nd) or {}
             else:
-                info = await self._start_agent(req.cluster_name, node.rank, nd, node.internal_ip)
+                info = await self._start_agent(req.cluster_name, node.rank, nd, req.token,
+                                               node.internal_ip)
             node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:
@@ -315,7 +312,8 @@ class LocalProvisioner(Provisioner):
                     hint=f"skyd down {handle.cluster_name} and launch it again",
                 )
             if not self.agent_alive(nd):
-                info = await self._start_agent(handle.cluster_name, node.rank, nd, node.internal_ip)
+                info = await self._start_agent(handle.cluster_name, node.rank, nd, handle.token,
+                                               node.internal_ip)
                 node.agent_port = int(info["port"])
 
         async with anyio.create_task_group() as tg:
@@ -336,6 +334,21 @@ class LocalProvisioner(Provisioner):
                     node.agent_port = int(info["port"])
                 # the host's entries a mirrored directory shows, as of this launch
                 await anyio.to_thread.run_sync(sandbox_ns.write, node.node_dir)
+
+            async def answer(node: NodeHandle) -> None:
+                # Running but not answering (hung, or an older version's plaintext agent):
+                # a new agent takes its home over (the old one leaves, its jobs are adopted).
+                site = self._site(handle, node.rank)
+                if not await agent_deploy.healthy(self.transport(node), site, handle.token):
+                    log(f"Restarting the node agent of node {node.rank}: it does not answer")
+                    info = await self._start_agent(handle.cluster_name, node.rank,
+                                                   Path(node.node_dir), handle.token,
+                                                   node.internal_ip)  # fmt: skip
+                    node.agent_port = int(info["port"])
+
+            async with anyio.create_task_group() as tg:
+                for node in handle.nodes:
+                    tg.start_soon(answer, node)
             return handle
         log("Restarting node agents that are not running")
         return await self.start(handle, log)

@@ -23,7 +23,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "daemon relays to it where a node refuses TCP forwarding",
     )
     p.add_argument(
-        "--token-file", help="cluster token file (default HOME/token, created if absent)"
+        "--tls-dir",
+        help="where the agent's credentials are (agent.crt, agent.key, ca.crt, each 0600; "
+        "default HOME): written by the daemon before every start",
     )
     p.add_argument("--node-rank", type=int, default=0, help="0 = head (owns the job queue)")
     p.add_argument("--cluster", default="", help="cluster name")
@@ -38,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="report these fake GPUs, e.g. H100:2 (default: detect; env SKYD_FAKE_GPUS works too)",
     )
     p.add_argument("--tick", type=float, default=1.0, help="event loop tick seconds")
+    p.add_argument("--rank-lease", type=float, default=None,
+                   help="worker: end a rank whose head has not asked about it for this many "
+                   "seconds (default 30)")  # fmt: skip
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
     args = p.parse_args(argv)
     if args.autostop_action != "local-stop" and not args.autostop_action.startswith("command:"):
@@ -56,13 +61,17 @@ def main(argv: list[str] | None = None) -> None:
     from .server import serve
 
     coro = serve(Path(args.home).resolve(), args.listen,
-                 Path(args.token_file) if args.token_file else None, args.node_rank,
+                 Path(args.tls_dir) if args.tls_dir else None, args.node_rank,
                  args.cluster, args.autostop_action, args.cpus, args.gpus, args.tick,
-                 args.heartbeat_interval, args.socket)  # fmt: skip
+                 args.heartbeat_interval, args.socket, args.rank_lease)  # fmt: skip
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    from .server import CredentialsError
+
     try:
         loop.run_until_complete(coro)
+    except CredentialsError as e:
+        sys.exit(str(e))
     finally:
         loop.close()
 

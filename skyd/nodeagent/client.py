@@ -2,9 +2,12 @@
 and `start_agent_detached` to launch an agent process. Only grpclib/betterproto + stdlib;
 Python 3.8 compatible because the head agent uses it too.
 
-Errors: RPC failures raise grpclib.exceptions.GRPCError (status UNAUTHENTICATED for a wrong
-token, NOT_FOUND for an unknown job, INVALID_ARGUMENT / FAILED_PRECONDITION for a bad spec);
-an unreachable agent raises OSError (ConnectionRefusedError) or asyncio.TimeoutError.
+The channel is mutual TLS (auth.py): the agent must present a certificate of the cluster's
+CA before anything is sent, and the client presents one too. Errors: RPC failures raise
+grpclib.exceptions.GRPCError (NOT_FOUND for an unknown job, INVALID_ARGUMENT /
+FAILED_PRECONDITION for a bad spec); an unreachable agent raises OSError
+(ConnectionRefusedError), an endpoint that is not this cluster's agent ssl.SSLError (an
+OSError too), and one that does not answer asyncio.TimeoutError.
 """
 
 # ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, asyncio.TimeoutError, %-format)
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl as _ssl
 import subprocess
 import sys
 import threading
@@ -23,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from grpclib.client import Channel
+from grpclib.config import Configuration
+from grpclib.exceptions import StreamTerminatedError
 
 from ..proto import skyd_agent as pb
+from .auth import SERVER_NAME
 from .spec import SpecLike, job_from_proto, spec_to_proto
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -35,18 +42,25 @@ STREAM_TIMEOUT_S = 365 * 24 * 3600.0
 
 
 class AgentClient:
-    """`async with AgentClient(host, port, token) as c: await c.submit_job({...})`.
-    `AgentClient(path="/x/agent.sock", token=...)` connects over a Unix socket."""
+    """`async with AgentClient(host, port, secret) as c: await c.submit_job({...})`.
+
+    ``secret`` is the cluster secret (the daemon's side: the TLS client context is derived
+    from it, see credentials.py); an agent reaching its workers passes its own ``ssl``
+    context instead. `AgentClient(path="/x/agent.sock", ...)` connects over a Unix socket."""
 
     def __init__(self, host: str | None = None, port: int | None = None, token: str = "",
-                 *, path: str | None = None, timeout: float = 30.0) -> None:  # fmt: skip
+                 *, path: str | None = None, timeout: float = 30.0,
+                 ssl: _ssl.SSLContext | None = None) -> None:  # fmt: skip
+        if ssl is None:
+            from .credentials import client_ssl  # daemon only (needs cryptography)
+
+            ssl = client_ssl(token)
+        config = Configuration(ssl_target_name_override=SERVER_NAME)
         if path:
-            self._channel = Channel(path=path)
+            self._channel = Channel(path=path, ssl=ssl, config=config)
         else:
-            self._channel = Channel(host or "127.0.0.1", int(port or 0))
-        self._stub = pb.NodeAgentStub(
-            self._channel, metadata={"authorization": f"Bearer {token}"}, timeout=timeout
-        )
+            self._channel = Channel(host or "127.0.0.1", int(port or 0), ssl=ssl, config=config)
+        self._stub = pb.NodeAgentStub(self._channel, timeout=timeout)
 
     async def __aenter__(self) -> AgentClient:
         self._task = asyncio.current_task()
@@ -126,10 +140,11 @@ class AgentClient:
         await self._stub.set_autostop(pb.SetAutostopRequest(idle_minutes=idle_minutes, down=down))
 
     async def health(self, timeout: float = 5.0) -> bool:
-        """True when the agent answers; False when unreachable. A wrong token raises."""
+        """True when the agent answers; False when unreachable or not this cluster's agent
+        (the TLS handshake failed)."""
         try:
             resp = await self._stub.health(pb.HealthRequest(), timeout=timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (OSError, asyncio.TimeoutError, StreamTerminatedError):
             return False
         return bool(resp.ok)
 
@@ -160,12 +175,10 @@ def read_agent_json(home: Path) -> dict[str, Any] | None:
 
 
 def agent_command(home: Path, *, python: str = sys.executable, listen: str = "127.0.0.1:0",
-                  token_file: Path | None = None, rank: int = 0, cluster: str = "",
-                  extra_args: Sequence[str] = (), zipapp: Path | None = None) -> list[str]:  # fmt: skip
+                  rank: int = 0, cluster: str = "", extra_args: Sequence[str] = (),
+                  zipapp: Path | None = None) -> list[str]:  # fmt: skip
     entry = [str(zipapp)] if zipapp else ["-m", "skyd.nodeagent"]
     cmd = [python] + entry + ["--home", str(home), "--listen", listen, "--node-rank", str(rank)]
-    if token_file:
-        cmd += ["--token-file", str(token_file)]
     if cluster:
         cmd += ["--cluster", cluster]
     return cmd + list(extra_args)
@@ -173,15 +186,27 @@ def agent_command(home: Path, *, python: str = sys.executable, listen: str = "12
 
 def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
                                   env: dict[str, str] | None = None,
+                                  cluster_secret: str | None = None,
+                                  token_file: Path | None = None,
                                   **kw: Any) -> dict[str, Any]:  # fmt: skip
-    """Start an agent in its own session (stdio -> HOME/agent.log) and wait for a fresh
-    HOME/agent.json. Returns agent.json: {pid, host, port, version, started_at, ...}."""
+    """Write fresh credentials into HOME (from the cluster secret, or the secret in
+    ``token_file``, a file on this machine that is not the agent's), start an agent in its own
+    session (stdio -> HOME/agent.log) and wait for a fresh HOME/agent.json. Returns
+    agent.json: {pid, host, port, version, started_at, ...}. Runs in the daemon (it issues
+    the credentials: needs ``cryptography``)."""
+    from .credentials import write_agent_credentials
+
     home = Path(home)
     home.mkdir(parents=True, exist_ok=True)
+    if cluster_secret is None:
+        if token_file is None:
+            raise ValueError("start_agent_detached needs the cluster secret")
+        cluster_secret = Path(token_file).read_text().strip()
     try:
         (home / "agent.json").unlink()
     except OSError:
         pass
+    write_agent_credentials(home, cluster_secret)
     child_env = dict(os.environ if env is None else env)
     if getattr(sys, "frozen", False):
         # Agents outlive the daemon: never share its PyInstaller runtime (a PyInstaller

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,29 @@ class SpecError(ValueError):
     pass
 
 
+#: a worker ends a rank whose head has not asked about it for this long (the head polls
+#: every rank at least every 10 s while it drives the job, and gives up after ~30 s)
+RANK_LEASE_S = 30.0
+
+
 class Agent:
-    def __init__(self, home: Path, *, rank: int, cluster: str, token: str, gpus: list[Gpu],
-                 cpus: float, memory_gb: float, autostop_action: str) -> None:  # fmt: skip
-        self.home, self.rank, self.cluster, self.token = home, rank, cluster, token
+    def __init__(self, home: Path, *, rank: int, cluster: str, peer_ssl: ssl.SSLContext | None,
+                 gpus: list[Gpu], cpus: float, memory_gb: float,
+                 autostop_action: str) -> None:  # fmt: skip
+        # peer_ssl: how the head reaches its workers (mutual TLS, see auth.py)
+        self.home, self.rank, self.cluster, self.peer_ssl = home, rank, cluster, peer_ssl
         self.gpus, self.memory_gb, self.autostop_action = gpus, memory_gb, autostop_action
         self.vendor = gpus[0].vendor if gpus else ""
         self.capacity = Capacity(cpus, [g.index for g in gpus])
         self.queue = jq.JobQueue(home / "jobs.db")
-        self.ex = Executor(home, self.queue, self.vendor, cluster)
+        # The life pipe: only this process holds the write end, so its read end sees EOF
+        # the moment the agent is gone (see executor.GANG_WRAPPER).
+        self.life_r, self.life_w = os.pipe()
+        self.ex = Executor(home, self.queue, self.vendor, cluster, life_fd=self.life_r)
+        # worker side: when the head last asked about each job's rank (see reap_orphans)
+        self.rank_lease_s = RANK_LEASE_S
+        self.head_seen: dict[int, float] = {}
+        self.reaping: set[int] = set()
         self.drivers: dict[int, asyncio.Task] = {}  # type: ignore[type-arg]
         self.cancelling: set[int] = set()  # jobs being cancelled: no new driver for them
         self.started_at = time.time()
@@ -110,7 +125,7 @@ class Agent:
             self._spawn_driver(job)
 
     def _spawn_driver(self, job: dict[str, Any]) -> None:
-        ranks = gang.make_ranks(self.ex, job, self.token)
+        ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
         task = asyncio.ensure_future(gang.drive(self.queue, job["job_id"], ranks))
         self.drivers[job["job_id"]] = task
 
@@ -177,7 +192,7 @@ class Agent:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if job["status"] in jq.ACTIVE:
-            ranks = gang.make_ranks(self.ex, job, self.token)
+            ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
             await asyncio.gather(*(r.kill() for r in ranks))
             for r in ranks:
                 if isinstance(r, gang.RemoteRank):
@@ -200,6 +215,33 @@ class Agent:
                 raise SpecError("rank %d needs %d GPUs, %d free" % (rank, spec["gpus"], len(free)))
             slots = free[: spec["gpus"]]
         self.ex.start(job_id, rank, phase, spec, slots)
+
+    def head_contact(self, job_id: int) -> None:
+        """Worker side: the head asked about (started, polled) this job's rank."""
+        self.head_seen[job_id] = time.monotonic()
+
+    def reap_orphans(self) -> None:
+        """Worker side: end ranks whose head stopped asking about them (its agent died: the
+        job cannot go on, and nothing else would end them)."""
+        if self.rank == 0:
+            return
+        now = time.monotonic()
+        for row in self.queue.running_ranks():
+            job_id = row["job_id"]
+            if job_id in self.reaping:
+                continue
+            seen = self.head_seen.setdefault(job_id, now)  # a restarted worker: from now
+            if now - seen > self.rank_lease_s:
+                log.warning("job %d: the head has not asked about rank %d for %.0f s; ending it",
+                            job_id, row["rank"], now - seen)  # fmt: skip
+                self.reaping.add(job_id)
+                asyncio.ensure_future(self._reap(job_id, row["rank"]))
+
+    async def _reap(self, job_id: int, rank: int) -> None:
+        try:
+            await self.kill_rank(job_id, rank)
+        finally:
+            self.reaping.discard(job_id)
 
     async def kill_rank(self, job_id: int, rank: int) -> None:
         await self.ex.kill(job_id, rank)

@@ -43,6 +43,7 @@ async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0
                 os.replace(str(tmp), str(heartbeat))
                 next_beat = now + heartbeat_s
             agent.schedule()
+            agent.reap_orphans()
             auto = agent.autostop
         except (OSError, sqlite3.Error) as e:
             # A full disk or a failing write must not end the loop: once writes work again

@@ -22,10 +22,15 @@ from typing import Any
 from .jobqueue import JobQueue
 
 # The wrapper records its own process group first (see reaper.py), then runs the phase.
-WRAPPER = 'echo "$$" > "$2.pgid"; bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
-# The same, with each phase run under a wrapper program ($3: e.g. a `local` node's mount
-# namespace, skyd.transports.sandbox_ns), named by the agent's SKYD_JOB_WRAPPER.
-WRAPPED = WRAPPER.replace('bash "$1"', '"$3" bash "$1"')
+WRAPPER = 'echo "$$" > "$2.pgid"; ${4:+"$4"} bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
+# A rank of a multi-node job lives only as long as the agent that started it: a watcher in
+# its process group blocks on the read end ($3) of a pipe whose write end only the agent
+# holds, and kills the group when the agent is gone (kill -9 included). A gang job cannot
+# survive the loss of one node's agent (the head cannot reach a restarted worker, a new head
+# finds its rank dead), so every rank ends instead of running on unseen.
+GANG_WRAPPER = '{ read -r -u "$3" _; kill -KILL 0; } & ' + WRAPPER
+# Each phase may run under a wrapper program ($4: e.g. a `local` node's mount namespace,
+# skyd.transports.sandbox_ns), named by the agent's SKYD_JOB_WRAPPER.
 JOB_WRAPPER_ENV = "SKYD_JOB_WRAPPER"
 KILL_GRACE_S = 5.0
 
@@ -123,7 +128,10 @@ def job_env(spec: dict[str, Any], job_id: int, rank: int, phase: str, gpu_slots:
 
 
 class Executor:
-    def __init__(self, home: Path, queue: JobQueue, vendor: str, cluster: str) -> None:
+    def __init__(self, home: Path, queue: JobQueue, vendor: str, cluster: str,
+                 life_fd: int | None = None) -> None:  # fmt: skip
+        # life_fd: the read end of the agent's life pipe (see GANG_WRAPPER)
+        self.life_fd = life_fd
         self.home = home
         self.queue = queue
         self.vendor = vendor
@@ -209,16 +217,20 @@ class Executor:
         if phase == "run":
             self._mark_run_offset(job_id, rank)
         argv = ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),
-                str(self._exit_path(job_id, rank, phase))]
-        wrapper = os.environ.get(JOB_WRAPPER_ENV)
-        if wrapper and os.access(wrapper, os.X_OK):
-            argv[2] = WRAPPED
-            argv.append(wrapper)
+                str(self._exit_path(job_id, rank, phase))]  # fmt: skip
+        gang = int(spec.get("num_nodes") or 1) > 1 and self.life_fd is not None
+        wrapper = os.environ.get(JOB_WRAPPER_ENV) or ""
+        if wrapper and not os.access(wrapper, os.X_OK):
+            wrapper = ""
+        argv += [str(self.life_fd) if gang else "", wrapper]
+        pass_fds: tuple[int, ...] = ()
+        if gang and self.life_fd is not None:
+            argv[2] = GANG_WRAPPER
+            pass_fds = (self.life_fd,)
         with open(str(self.log_path(job_id, rank)), "ab") as log:
             proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                start_new_session=True, close_fds=True,
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds,
             )  # fmt: skip
         self._procs[(job_id, rank, phase)] = proc
         self.queue.put_rank(job_id, rank, phase, state="running", pid=proc.pid,

@@ -1,6 +1,6 @@
 """The job driver on the head: setup on every rank in parallel, then run on every rank;
 the first rank to fail kills the job on every rank. Rank 0 runs here; ranks > 0 on the
-workers' agents over gRPC (cluster token). Re-entrant: after an agent restart the driver
+workers' agents over gRPC (mutual TLS with the head agent's own certificate). Re-entrant: after an agent restart the driver
 resumes from the persisted status, and starting a phase that already started adopts it.
 Python 3.8 compatible."""
 
@@ -9,7 +9,11 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import ssl
 from typing import Any, Optional, Tuple
+
+from grpclib.exceptions import StreamTerminatedError
 
 from . import jobqueue as jq
 from .client import AgentClient
@@ -33,10 +37,10 @@ class LocalRank:
 
 
 class RemoteRank:
-    def __init__(self, address: str, token: str, job_id: int, rank: int,
+    def __init__(self, address: str, tls: ssl.SSLContext | None, job_id: int, rank: int,
                  spec: dict[str, Any]) -> None:  # fmt: skip
         host, _, port = address.rpartition(":")
-        self.client = AgentClient(host, int(port), token)
+        self.client = AgentClient(host, int(port), ssl=tls)
         self.job_id, self.rank, self.spec = job_id, rank, spec
 
     async def start(self, phase: str) -> None:
@@ -48,7 +52,7 @@ class RemoteRank:
             try:
                 st = await self.client.rank_status(self.job_id, self.rank, phase, wait_seconds=10)
                 failures = 0
-            except (OSError, asyncio.TimeoutError):
+            except (OSError, asyncio.TimeoutError, StreamTerminatedError):
                 failures += 1  # worker unreachable: retry for ~30 s, then the rank is lost
                 if failures > 30:
                     return "lost", None
@@ -67,12 +71,12 @@ class RemoteRank:
         self.client.close()
 
 
-def make_ranks(ex: Executor, job: dict[str, Any], token: str) -> list[Any]:
+def make_ranks(ex: Executor, job: dict[str, Any], tls: ssl.SSLContext | None) -> list[Any]:
     spec = dict(job["spec"], secrets=ex.load_secrets(job["job_id"]))  # in memory only
     ranks: list[Any] = [LocalRank(ex, job["job_id"], spec, job["gpu_slots"])]
     for node in sorted(spec["nodes"], key=lambda n: n["rank"]):
         if node["rank"] > 0:
-            ranks.append(RemoteRank(node["address"], token, job["job_id"], node["rank"], spec))
+            ranks.append(RemoteRank(node["address"], tls, job["job_id"], node["rank"], spec))
     return ranks
 
 
@@ -106,24 +110,34 @@ async def drive(queue: jq.JobQueue, job_id: int, ranks: list[Any]) -> str:
     job = queue.get(job_id)
     assert job is not None
     try:
-        if job["status"] == jq.SETTING_UP:
-            if job["spec"].get("setup"):
-                ok, code, reason = await _run_phase(ranks, "setup")
-                if not ok:
-                    await asyncio.gather(*(r.kill() for r in ranks))
-                    status = jq.FAILED_SETUP if code is not None else jq.FAILED_DRIVER
-                    queue.set_status(job_id, status, exit_code=code, reason=reason)
-                    return status
-            job = queue.set_status(job_id, jq.RUNNING)
-        ok, code, reason = await _run_phase(ranks, "run")
-        await asyncio.gather(*(r.kill() for r in ranks))  # failed: stop others; ok: reap leftovers
-        if ok:
-            status = jq.SUCCEEDED
-        else:
-            status = jq.FAILED if code is not None else jq.FAILED_DRIVER
-        queue.set_status(job_id, status, exit_code=code, reason=reason)
-        return status
+        return await _drive(queue, job_id, job, ranks)
+    except (asyncio.CancelledError, OSError, sqlite3.Error):
+        raise  # agent exit / storage: the next driver adopts the ranks
+    except Exception:
+        # A driver error ends the job (FAILED_DRIVER): end its ranks on every node too.
+        await asyncio.gather(*(r.kill() for r in ranks), return_exceptions=True)
+        raise
     finally:
         for r in ranks:
             if isinstance(r, RemoteRank):
                 r.close()
+
+
+async def _drive(queue: jq.JobQueue, job_id: int, job: dict[str, Any], ranks: list[Any]) -> str:
+    if job["status"] == jq.SETTING_UP:
+        if job["spec"].get("setup"):
+            ok, code, reason = await _run_phase(ranks, "setup")
+            if not ok:
+                await asyncio.gather(*(r.kill() for r in ranks))
+                status = jq.FAILED_SETUP if code is not None else jq.FAILED_DRIVER
+                queue.set_status(job_id, status, exit_code=code, reason=reason)
+                return status
+        job = queue.set_status(job_id, jq.RUNNING)
+    ok, code, reason = await _run_phase(ranks, "run")
+    await asyncio.gather(*(r.kill() for r in ranks))  # failed: stop others; ok: reap leftovers
+    if ok:
+        status = jq.SUCCEEDED
+    else:
+        status = jq.FAILED if code is not None else jq.FAILED_DRIVER
+    queue.set_status(job_id, status, exit_code=code, reason=reason)
+    return status

@@ -8,31 +8,23 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
 
-from . import VERSION, events, gpu
+from . import VERSION, auth, events, gpu
 from .core import Agent
-from .service import NodeAgentService, make_auth_hook
+from .service import NodeAgentService
 
 log = logging.getLogger("skyd.nodeagent")
 
 
-def read_or_create_token(path: Path) -> str:
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
-        os.replace(str(tmp), str(path))
-    return path.read_text().strip()
+class CredentialsError(RuntimeError):
+    pass
 
 
 def take_home_lock(home: Path, grace: float = 5.0) -> Any:
@@ -41,7 +33,7 @@ def take_home_lock(home: Path, grace: float = 5.0) -> Any:
     A second agent started on the same home (a daemon that died between starting an agent
     and seeing its agent.json, then started another) takes over: the older one is asked to
     leave (SIGTERM: its jobs keep running and this agent adopts them), then killed. Without
-    this the older agent would keep running unseen, with a token nobody holds.
+    this the older agent would keep running unseen, with credentials nobody expects.
     """
     import fcntl
 
@@ -74,8 +66,15 @@ def take_home_lock(home: Path, grace: float = 5.0) -> Any:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically, 0600 from creation (agent.json names the agent's port)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data))
     os.replace(str(tmp), str(path))
 
 
@@ -111,13 +110,22 @@ def node_memory_gb() -> float:
         return 0.0
 
 
-async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int,
+async def serve(home: Path, listen_addr: str, tls_dir: Path | None, rank: int,
                 cluster: str, autostop_action: str, cpus: float | None,
                 fake_gpus: str | None, tick_s: float, heartbeat_s: float,
-                socket_path: str | None = None) -> None:  # fmt: skip
+                socket_path: str | None = None,
+                rank_lease_s: float | None = None) -> None:  # fmt: skip
     home.mkdir(parents=True, exist_ok=True)
+    tls_dir = tls_dir or home
+    why = auth.check_files(tls_dir)
+    if why:
+        raise CredentialsError("node agent: cannot authenticate its channel: " + why)
+    tls = auth.server_context(tls_dir)
     lock_fd = take_home_lock(home)  # noqa: F841 - held (open) for the agent's lifetime
-    token = read_or_create_token(token_file or home / "token")
+    try:  # an older daemon's cluster token: never left on the node
+        (home / auth.LEGACY_TOKEN).unlink()
+    except OSError:
+        pass
     loop = asyncio.get_event_loop()
     gpus = gpu.fake_gpus(fake_gpus) if fake_gpus else await loop.run_in_executor(None, gpu.detect)
     for stale in ("stopped.json", "agent.json"):
@@ -125,20 +133,21 @@ async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int
             (home / stale).unlink()
         except OSError:
             pass
-    agent = Agent(home, rank=rank, cluster=cluster, token=token, gpus=gpus,
+    agent = Agent(home, rank=rank, cluster=cluster, peer_ssl=auth.peer_context(tls_dir), gpus=gpus,
                   cpus=float(cpus if cpus is not None else (os.cpu_count() or 1)),
                   memory_gb=node_memory_gb(), autostop_action=autostop_action)  # fmt: skip
+    if rank_lease_s is not None:
+        agent.rank_lease_s = rank_lease_s
     agent.recover()
     server = Server([NodeAgentService(agent)])
-    listen(server, RecvRequest, make_auth_hook(token))
     info: dict[str, Any] = {"pid": os.getpid(), "version": VERSION, "started_at": time.time(),
                             "rank": rank, "cluster": cluster}  # fmt: skip
     if listen_addr.startswith("unix:"):
-        await server.start(path=listen_addr[5:])
+        await server.start(sock=bind_unix(Path(listen_addr[5:])), ssl=tls)
         info.update(host=None, port=None, socket=listen_addr[5:])
     else:
         host, _, port = listen_addr.rpartition(":")
-        await server.start(host or "127.0.0.1", int(port))
+        await server.start(host or "127.0.0.1", int(port), ssl=tls)
         sock = server._server.sockets[0]  # type: ignore[union-attr]
         info.update(host=host or "127.0.0.1", port=sock.getsockname()[1], socket=None)
     # The Unix socket too (unless the main listener is one): the daemon's exec relay reaches
@@ -147,8 +156,7 @@ async def serve(home: Path, listen_addr: str, token_file: Path | None, rank: int
     if info["socket"] is None and socket_path != "":
         side_path = Path(socket_path) if socket_path else home / "agent.sock"
         side = Server([NodeAgentService(agent)])
-        listen(side, RecvRequest, make_auth_hook(token))
-        await side.start(sock=bind_unix(side_path))
+        await side.start(sock=bind_unix(side_path), ssl=tls)
         info["socket"] = str(side_path)
     write_json_atomic(home / "agent.json", info)
     log.info("node agent %s listening: %s", VERSION, info)

@@ -6,13 +6,11 @@ Python 3.8 compatible."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 from grpclib.const import Status
-from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
 from ..proto import skyd_agent as pb
@@ -21,18 +19,6 @@ from . import jobqueue as jq
 from .core import Agent, SpecError
 from .gang import RemoteRank
 from .spec import job_to_proto, spec_to_dict
-
-
-def make_auth_hook(token: str) -> Any:
-    """A RecvRequest listener rejecting calls without `authorization: Bearer <token>`."""
-    expected = (f"Bearer {token}").encode()
-
-    async def on_request(event: RecvRequest) -> None:
-        got = str(event.metadata.get("authorization", "")).encode()
-        if not hmac.compare_digest(got, expected):
-            raise GRPCError(Status.UNAUTHENTICATED, "missing or wrong cluster token")
-
-    return on_request
 
 
 class NodeAgentService(pb.NodeAgentBase):
@@ -111,7 +97,7 @@ class NodeAgentService(pb.NodeAgentBase):
 
     async def _remote_tail(self, node: dict[str, Any], job_id: int,
                            req: pb.TailLogsRequest) -> AsyncIterator[bytes]:  # fmt: skip
-        rr = RemoteRank(node["address"], self.agent.token, job_id, node["rank"], {})
+        rr = RemoteRank(node["address"], self.agent.peer_ssl, job_id, node["rank"], {})
         try:
             async for data in rr.client.tail_logs(job_id, req.follow, req.tail, node["rank"]):
                 yield data
@@ -146,6 +132,7 @@ class NodeAgentService(pb.NodeAgentBase):
     async def start_rank(self, req: pb.StartRankRequest) -> pb.RankState:
         if req.phase not in ("setup", "run"):
             raise GRPCError(Status.INVALID_ARGUMENT, "phase must be setup or run")
+        self.agent.head_contact(req.job_id)
         try:
             self.agent.start_rank(req.job_id, req.rank, req.phase, spec_to_dict(req.spec))
         except SpecError as e:
@@ -153,9 +140,13 @@ class NodeAgentService(pb.NodeAgentBase):
         return self._rank_state(req.job_id, req.rank, req.phase)
 
     async def rank_status(self, req: pb.RankStatusRequest) -> pb.RankState:
-        if req.wait_seconds > 0:
-            await self.agent.ex.wait(req.job_id, req.rank, req.phase, timeout=req.wait_seconds)
-        return self._rank_state(req.job_id, req.rank, req.phase)
+        self.agent.head_contact(req.job_id)
+        try:
+            if req.wait_seconds > 0:
+                await self.agent.ex.wait(req.job_id, req.rank, req.phase, timeout=req.wait_seconds)
+            return self._rank_state(req.job_id, req.rank, req.phase)
+        finally:
+            self.agent.head_contact(req.job_id)
 
     async def kill_rank(self, req: pb.KillRankRequest) -> pb.KillRankResponse:
         await self.agent.kill_rank(req.job_id, req.rank)

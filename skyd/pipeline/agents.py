@@ -15,9 +15,10 @@ from skyd.clouds.base import ClusterHandle, Provisioner
 async def agent(prov: Provisioner, handle: ClusterHandle, rank: int = 0) -> AsyncIterator[Any]:
     """An AgentClient connected to node `rank` of the cluster."""
     from skyd.nodeagent.client import AgentClient
+    from skyd.transports.agent_deploy import client_ssl
 
     host, port = await prov.agent_endpoint(handle, rank)
-    async with AgentClient(host, port, handle.token) as client:
+    async with AgentClient(host, port, ssl=await client_ssl(handle.token)) as client:
         yield client
 
 

@@ -225,13 +225,21 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     store = ctx.store
     row = await cdb.require_cluster(store, name)
     handle = cdb.handle_of(row)
-    if row["status"] != cdb.UP or handle is None:
+    from skyd.pipeline.lifecycle import agent_may_be_dead, answering_agents
+
+    # UP, or marked unhealthy by the refresher (its agent died): answering_agents restarts it
+    if handle is None or not agent_may_be_dead(row):
         raise ClusterStateError(
             f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first"
         )
     task = await load_task_from_payload(payload)
     planner.check_fits(task, handle)
     await anyio.to_thread.run_sync(check_local_paths, task)
+    # A dead agent (or a stranger on its old port: the TLS handshake fails) is restarted
+    # on a new port before anything is sent to it.
+    row, handle, note = await answering_agents(store, name, row, handle)
+    if note:
+        ctx.log(note)
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     if task.workdir:

@@ -5,8 +5,9 @@ later Kubernetes pods and Slurm allocations) runs the agent the same way:
 
 - ``agent_zipapp()``: this build's agent as a zipapp, built once per process (cached under
   ``$SKYD_HOME/ssh``; concurrent callers share one build);
-- ``start``: upload the zipapp once per version (``<base>/agent-<sha>.pyz``), write the
-  cluster token (0600, never on a command line), start the agent detached in its own session
+- ``start``: upload the zipapp once per version (``<base>/agent-<sha>.pyz``), write fresh
+  agent credentials (TLS key and certificates, 0600; docs/nodeagent.md "Authentication"),
+  start the agent detached in its own session
   (``agent_scripts.ENSURE_AGENT``): a running agent of this version is kept, one of another
   version is replaced over the same node dir (the job queue survives: an upgrade);
 - ``node_state`` / ``healthy``: the agent's process state on the node, then a Health RPC
@@ -123,10 +124,17 @@ async def start(t: Transport, site: AgentSite, token: str, zipapp: tuple[Path, s
     )
     if "have" not in res.stdout:
         await t.put(pyz_local, pyz)
-    await t.write_file(posixpath.join(nd, "token"), token.encode(), mode=0o600)
+    # Fresh credentials for this start (the cluster secret itself never reaches the node):
+    # staged, and put in place by ENSURE_AGENT only if it starts an agent.
+    from skyd.nodeagent.credentials import agent_credentials
+
+    creds = await anyio.to_thread.run_sync(agent_credentials, token)
+    for name, data in creds.items():
+        await t.write_file(posixpath.join(nd, agent_scripts.STAGED + name), data, mode=0o600)
     listen = f"{site.listen_host}:0"
     out = await t.run(
-        [t.python, "-c", agent_scripts.ENSURE_AGENT, nd, pyz, sha, listen, str(site.rank), site.cluster],
+        [t.python, "-c", agent_scripts.ENSURE_AGENT, nd, pyz, sha, listen, str(site.rank), site.cluster,
+         *creds],
         timeout=60,
     )
     if out.exit_status != 0:
@@ -154,6 +162,17 @@ async def process_states(t: Transport, sites: Sequence[AgentSite]) -> list[tuple
     return out
 
 
+async def client_ssl(token: str) -> Any:
+    """The daemon's TLS client context for the cluster of ``token``; built once per process
+    (key generation and a file write) in a worker thread, never on the event loop."""
+    from skyd.nodeagent import credentials
+
+    ctx = credentials.cached_client_ssl(token)
+    if ctx is None:
+        ctx = await anyio.to_thread.run_sync(credentials.client_ssl, token)
+    return ctx
+
+
 async def healthy(t: Transport, site: AgentSite, token: str, timeout: float = 5.0) -> bool:
     """True when the agent answers Health through the transport's byte stream."""
     try:
@@ -163,7 +182,7 @@ async def healthy(t: Transport, site: AgentSite, token: str, timeout: float = 5.
     try:
         with anyio.fail_after(timeout + 10):
             host, port = await t.agent_endpoint(site.address())
-            async with AgentClient(host, port, token) as c:
+            async with AgentClient(host, port, ssl=await client_ssl(token)) as c:
                 return await c.health(timeout=timeout)
     except Exception:  # noqa: BLE001 - any failure means unhealthy
         return False
@@ -193,7 +212,7 @@ async def request_exit(t: Transport, site: AgentSite, token: str, timeout: float
 
         with anyio.fail_after(timeout):
             host, port = await t.agent_endpoint(site.address())
-            async with AgentClient(host, port, token) as c:
+            async with AgentClient(host, port, ssl=await client_ssl(token)) as c:
                 await c.shutdown(exit=True)
         return True
     except Exception:  # noqa: BLE001 - the caller falls back to signals
@@ -277,6 +296,7 @@ __all__ = [
     "UNKNOWN",
     "AgentSite",
     "agent_zipapp",
+    "client_ssl",
     "ensure",
     "healthy",
     "node_state",

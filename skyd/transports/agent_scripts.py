@@ -2,13 +2,17 @@
 
 Layout on a host (``~`` is the login user's home):
   ~/.skyd/agent-<sha256>.pyz          the agent zipapp, one file per version (content hash)
-  ~/.skyd/nodes/<cluster>-<rank>/     the node dir = the agent's --home: agent.json, agent.sha,
-                                      agent.log, token (0600), the job queue sqlite, workdir/
+  ~/.skyd/nodes/<cluster>-<rank>/     the node dir = the agent's --home: agent.json (0600),
+                                      agent.sha, agent.log, agent.crt/agent.key/ca.crt (0600),
+                                      the job queue sqlite, workdir/
 """
 
 from __future__ import annotations
 
 from skyd.fsutil import REMOTE_SRC
+
+#: prefix of the credentials written for the next start (ENSURE_AGENT puts them in place)
+STAGED = ".next-"
 
 _COMMON = r"""
 import json, os, signal, subprocess, sys, time
@@ -60,9 +64,18 @@ def session_pids(sid):
     return out
 """
 
-# argv: node_dir pyz sha listen rank cluster
+# argv: node_dir pyz sha listen rank cluster credential-file-name... The credentials were
+# written as .next-<name>: a kept agent keeps its own (the staged ones are removed), a
+# started one gets them.
 ENSURE_AGENT = _COMMON + r"""
 nd, pyz, sha, listen, rank, cluster = sys.argv[1:7]
+creds = sys.argv[7:]
+def drop_staged():
+    for c in creds:
+        try:
+            os.remove(os.path.join(nd, ".next-" + c))
+        except OSError:
+            pass
 state = "started"
 def cur_sha():
     try:
@@ -72,19 +85,23 @@ def cur_sha():
         return ""
 pid = running_pid(nd)
 if pid and cur_sha() == sha:
+    drop_staged()
     i = info(nd); i["state"] = "running"; print(json.dumps(i)); sys.exit(0)
 if pid:
     stop(nd)  # other version: upgrade over the same home (the job queue stays in nd)
     state = "upgraded"
-try:
-    os.remove(os.path.join(nd, "agent.json"))
-except OSError:
-    pass
+for name in ("agent.json", "token"):  # token: an older version's cluster secret
+    try:
+        os.remove(os.path.join(nd, name))
+    except OSError:
+        pass
+for c in creds:
+    os.replace(os.path.join(nd, ".next-" + c), os.path.join(nd, c))
 with open(os.path.join(nd, "agent.sha"), "w") as f:
     f.write(sha + "\n")
 log = open(os.path.join(nd, "agent.log"), "ab")
-cmd = [sys.executable, pyz, "--home", nd, "--listen", listen, "--token-file",
-       os.path.join(nd, "token"), "--node-rank", rank, "--cluster", cluster]
+cmd = [sys.executable, pyz, "--home", nd, "--listen", listen, "--node-rank", rank,
+       "--cluster", cluster]
 p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                      start_new_session=True, close_fds=True, cwd=nd)
 end = time.time() + 30

@@ -1,7 +1,8 @@
 """SlurmProvisioner: a skyd cluster is one sbatch allocation (``--job-name=skyd-<tag>``).
 
 The daemon reaches the cluster's login host over SSH (``~/.slurm/config``). Provisioning
-uploads the agent zipapp and the token to the shared home, submits the batch script
+uploads the agent zipapp, the cluster token (for a resumed provisioning) and the allocation's
+agent credentials (docs/nodeagent.md "Authentication") to the shared home, submits the batch script
 (scripts.py), follows the job through PENDING (the scheduler's reason goes to the launch log)
 to RUNNING, then waits for every node's agent.json. Agents listen on their node's
 ``NodeAddr``; the daemon reaches them through the login host (SSH port forward or the exec
@@ -141,6 +142,12 @@ class SlurmProvisioner(Provisioner):
             if "have" not in res.stdout:
                 await t.put(pyz_local, pyz)
             await t.write_file(posixpath.join(jobdir, "token"), token.encode(), mode=0o600)
+            # the allocation's agent credentials (docs/nodeagent.md "Authentication"): node.sh
+            # copies them into every node dir; the token stays here (a found allocation's)
+            from skyd.nodeagent.credentials import agent_credentials
+
+            for name, data in (await anyio.to_thread.run_sync(agent_credentials, token)).items():
+                await t.write_file(posixpath.join(jobdir, name), data, mode=0o600)
             await t.write_file(posixpath.join(jobdir, "node.sh"), scripts.node_script(
                 base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha,
                 accelerator=req.offering.accelerator).encode(), mode=0o700)

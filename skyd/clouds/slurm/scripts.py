@@ -2,7 +2,8 @@
 
 Layout on the cluster's shared file system (the login user's home):
   ~/.skyd/agent-<sha>.pyz            the agent zipapp (shared with ``ssh`` pools' layout)
-  ~/.skyd/slurm/<tag>/               job.sh, node.sh, token (0600), slurm-<jobid>.out
+  ~/.skyd/slurm/<tag>/               job.sh, node.sh, token, agent.crt/agent.key/ca.crt (0600),
+                                     slurm-<jobid>.out (node.sh copies the credentials)
   ~/.skyd/nodes/<tag>-<rank>/        the agent's --home on node <rank> (SLURM_NODEID)
 """
 
@@ -83,7 +84,8 @@ nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
 mkdir -p "$nd" && chmod 700 {q(base)} "$nd"
 addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
 [ -n "$addr" ] || addr=$(hostname)
-cp {q(base)}/slurm/{q(tag)}/token "$nd/token" && chmod 600 "$nd/token"
+rm -f "$nd/token"
+(umask 077 && cp {q(base)}/slurm/{q(tag)}/agent.crt {q(base)}/slurm/{q(tag)}/agent.key {q(base)}/slurm/{q(tag)}/ca.crt "$nd/")
 echo {q(sha)} > "$nd/agent.sha"
 rm -f "$nd/agent.json" "$nd/stopped.json"
 echo "$SLURMD_NODENAME $addr" > "$nd/slurm-node"
@@ -95,7 +97,7 @@ fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
 {gpus}cd "$nd"
-exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" --token-file "$nd/token" \\
+exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
   --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
 """
 
