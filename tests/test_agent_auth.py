@@ -32,9 +32,10 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 SQUAT = r"""
 import json, socket, sys, threading
 port = int(sys.argv[1])
+host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", port))
+s.bind((host, port))
 s.listen(16)
 print("listening", flush=True)
 lock = threading.Lock()
@@ -154,7 +155,8 @@ def test_squatter_on_a_dead_agents_port_gets_no_credential(daemon: Any, skyd_hom
     old_key = (nd / "agent.key").read_bytes()
     old = _kill_agent(skyd_home, "sq")
 
-    squat = subprocess.Popen(_as_squatter(PYTHON, "-c", SQUAT, str(old["port"])),
+    squat = subprocess.Popen(_as_squatter(PYTHON, "-c", SQUAT, str(old["port"]),
+                                          str(old.get("host") or "127.0.0.1")),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert squat.stdout is not None
