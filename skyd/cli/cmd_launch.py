@@ -9,6 +9,7 @@ from typing import Any
 
 from skyd.cli.cmd_validate import add_env_flags, collect_env
 from skyd.cli.output import add_output_flag
+from skyd.cli.compat_flags import add_config_flag
 from skyd.cli.secret_flags import add_secret_flags, collect_secrets
 
 
@@ -33,6 +34,7 @@ def _add_resource_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--name", "-n", dest="task_name", help="task name")
     add_env_flags(p)
     add_secret_flags(p)
+    add_config_flag(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -139,7 +141,7 @@ def run_launch(args: argparse.Namespace) -> int:
         cluster_name=args.cluster,
         dryrun=args.dryrun, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
         down=args.down, no_setup=args.no_setup, retry_until_up=args.retry_until_up,
-        minimize=args.minimize, **_overrides(args),
+        minimize=args.minimize, config=args.config, **_overrides(args),
     )
     client = get_client()
     proceed, plan_shown = _confirmed(client, payload, args)
@@ -181,6 +183,6 @@ def run_exec(args: argparse.Namespace) -> int:
 
     payload = exec_payload(_entry(args.entrypoint), env=collect_env(args),
                            secrets=collect_secrets(args), cluster_name=args.cluster, detach_run=args.detach_run,
-                           **_overrides(args))
+                           config=args.config, **_overrides(args))
     client = get_client()
     return _finish(client, client.submit("exec", payload), args)

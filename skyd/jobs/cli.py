@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from skyd.cli.secret_flags import add_secret_flags
 
     add_secret_flags(la)
+    from skyd.cli.compat_flags import add_config_flag
+
+    add_config_flag(la)
     la.add_argument("-o", "--output", choices=("table", "json"), default="table")
     la.set_defaults(func=run_launch)
 
@@ -172,13 +175,13 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from skyd.cli.secret_flags import collect_secrets
-    from skyd.sdk.payloads import catalog_dir, job_name, read_task_file
+    from skyd.sdk.payloads import catalog_dir, config_sources, job_name, read_task_file
 
     payload: dict[str, Any] = {
         "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),
         "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
-        "catalog_dir": catalog_dir(),
+        "catalog_dir": catalog_dir(), "config": config_sources(getattr(args, "config", None)),
     }  # fmt: skip
     if getattr(args, "pool", None):
         payload["pool"] = args.pool
