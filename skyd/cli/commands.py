@@ -29,6 +29,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_check",
     "skyd.cli.cmd_ssh",
     "skyd.cli.cmd_storage",
+    "skyd.cli.cmd_config",
     "skyd.jobs.cli",
     "skyd.serve.cli",
 ]
