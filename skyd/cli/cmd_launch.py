@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from skyd.cli.cmd_validate import add_env_flags, collect_env
-from skyd.cli.output import add_output_flag
 from skyd.cli.compat_flags import add_config_flag
+from skyd.cli.output import add_output_flag
 from skyd.cli.secret_flags import add_secret_flags, collect_secrets
 
 
