@@ -84,16 +84,19 @@ def validate_layer(layer: Layer) -> None:
     try:
         SkyConfig.model_validate(layer.data)
     except pydantic.ValidationError as e:
-        errs = []
-        for err in e.errors()[:5]:
+        by_key: dict[str, list[Any]] = {}
+        for err in e.errors():
             loc = tuple(x for x in err["loc"] if not _is_union_tag(x))
-            key = ".".join(str(x) for x in loc)
-            kind = err["type"]
-            if kind == "extra_forbidden":
+            by_key.setdefault(".".join(str(x) for x in loc), []).append((loc, err))
+        errs = []
+        for key, items in list(by_key.items())[:5]:
+            loc, err = items[0]
+            if err["type"] == "extra_forbidden":
                 msg = "unknown key (not a SkyPilot or skyd config key)"
                 hint = "remove it or fix its spelling (https://docs.skypilot.co/en/latest/reference/config.html)"
             else:
-                msg = f"{err['msg']}, got {err.get('input')!r}"
+                wants = "; or ".join(dict.fromkeys(str(i[1]["msg"]) for i in items))
+                msg = f"{wants}, got {err.get('input')!r}"
                 hint = "see https://docs.skypilot.co/en/latest/reference/config.html"
             errs.append(ConfigError(f"{msg} in {layer.source}", field=key,
                                     line=_loc_line(layer, loc), hint=hint))

@@ -55,7 +55,7 @@ def apply(spec: str, docs: list[dict[str, Any]], config_data: dict[str, Any], *,
           request_name: str, options: dict[str, Any] | None = None
           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the policy on each task document; (mutated documents, mutated config)."""
-    from skyd.sky.admin_policy import Config, MutatedUserRequest, RequestOptions, UserRequest
+    from skyd.sky.admin_policy import Config, RequestOptions, UserRequest
     from skyd.sky.task import Task
 
     policy = load_policy(spec)
@@ -73,7 +73,7 @@ def apply(spec: str, docs: list[dict[str, Any]], config_data: dict[str, Any], *,
                                    hint="change the task to satisfy the policy, or ask its owner"
                                    ) from None
         task = getattr(res, "task", None)
-        if not isinstance(res, MutatedUserRequest) and (task is None or not hasattr(res, "skypilot_config")):
+        if task is None or not hasattr(task, "to_yaml_config") or not hasattr(res, "skypilot_config"):
             raise InvalidSpecError(f"admin_policy {spec}: validate_and_mutate returned "
                                    f"{type(res).__name__}, not a MutatedUserRequest",
                                    field="admin_policy")

@@ -52,7 +52,7 @@ def load_dag_from_payload(payload: dict[str, Any]) -> Any:
                    secret_overrides=dict(payload.get("secrets") or {}),
                    task_secrets=list(payload.get("_task_secrets") or ()))
     if policy_config is not None:
-        dag.policy_config = policy_config
+        dag.policy_config = policy_config  # type: ignore[attr-defined]
     return dag
 
 

@@ -52,7 +52,7 @@ def tail_logs(name: str | None = None, job_id: int | None = None, follow: bool =
             from skyd.errors import NotFoundError
 
             raise NotFoundError("no managed job" + (f" named {name!r}" if name else ""))
-        job_id = max(int(r.get("job_id", r.get("id"))) for r in rows)
+        job_id = max(int(r.get("job_id") or r.get("id") or 0) for r in rows)
     params: dict[str, Any] = {"follow": "1" if follow else "0"}
     if controller:
         params["controller"] = "1"

@@ -1,0 +1,324 @@
+"""SkyPilot's layered config read as SkyPilot reads it (issue: a SkyPilot user switches
+without rewriting their config). Cases are SkyPilot's documented config examples
+(docs.skypilot.co/en/latest/reference/config.html)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skyd import config
+from skyd.config.layers import Sources
+from skyd.errors import InvalidSpecError
+from tests.test_daemon_support import cli, running_daemon
+
+# From SkyPilot's config reference (a typical user's ~/.sky/config.yaml).
+DOCUMENTED = """\
+allowed_clouds:
+  - aws
+  - gcp
+  - kubernetes
+docker:
+  run_options:
+    - -v /var/run/docker.sock:/var/run/docker.sock
+    - --shm-size=2g
+nvidia_gpus:
+  disable_ecc: false
+admin_policy: my_package.SkyPilotPolicyV1
+jobs:
+  controller:
+    resources:
+      cpus: 4+
+      memory: 8x
+    consolidation_mode: true
+aws:
+  labels:
+    map-migrated: my-value
+    Owner: user-unique-name
+  vpc_name: skypilot-vpc
+  use_internal_ips: true
+  ssh_proxy_command: ssh -W %h:%p user@host
+  security_group_name: my-security-group
+  remote_identity: LOCAL_CREDENTIALS
+gcp:
+  labels:
+    Owner: user-unique-name
+  vpc_name: skypilot-vpc
+  use_internal_ips: true
+kubernetes:
+  ports: loadbalancer
+  allowed_contexts: [context1, context2]
+  provision_timeout: 10
+  autoscaler: gke
+  pod_config:
+    metadata:
+      labels:
+        my-label: my-value
+    spec:
+      runtimeClassName: nvidia
+      containers:
+        - env:
+            - name: HTTP_PROXY
+              value: http://proxy-host:3128
+azure:
+  resource_group_vm: my-rg
+"""
+
+
+def _write(p: Path, text: str) -> Path:
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _load(tmp_path: Path, user: str | None = None, project: str | None = None,
+          cli_items: list[str] | None = None) -> config.Config:
+    u = _write(tmp_path / "user.yaml", user) if user is not None else None
+    pj = _write(tmp_path / "proj.yaml", project) if project is not None else None
+    return config.load(Sources(None, str(u) if u else None, str(pj) if pj else None,
+                               tuple(cli_items or ()), str(tmp_path)))
+
+
+def test_the_documented_config_loads_and_only_what_skyd_ignores_is_reported(
+        skyd_home: Path, tmp_path: Path) -> None:
+    from skyd.clouds.config_support import unsupported
+
+    cfg = _load(tmp_path, DOCUMENTED)
+    assert cfg.allowed_clouds() == {"aws", "gcp", "kubernetes"}
+    assert cfg.get("aws", "vpc_name") == "skypilot-vpc"
+    ignored = unsupported(cfg)
+    # keys a provider (or the core) declares are honoured ...
+    for k in ("aws.vpc_name", "aws.labels", "aws.use_internal_ips", "aws.security_group_name",
+              "aws.remote_identity", "gcp.vpc_name", "gcp.labels", "kubernetes.pod_config",
+              "kubernetes.provision_timeout", "kubernetes.autoscaler", "kubernetes.ports",
+              "kubernetes.allowed_contexts", "docker.run_options", "allowed_clouds",
+              "admin_policy", "jobs.controller.consolidation_mode"):
+        assert k not in ignored, k
+    # ... the others are named, once each
+    assert "aws.ssh_proxy_command" in ignored and "azure.resource_group_vm" in ignored
+    assert "jobs.controller.resources" in ignored
+    assert len(ignored) == len(set(ignored))
+    # nvidia_gpus.disable_ecc: false is set (not null): honoured, not reported
+    assert "nvidia_gpus.disable_ecc" not in ignored
+
+
+@pytest.mark.parametrize("text,key,line", [
+    ("aws:\n  use_internal_ips: maybe\n", "aws.use_internal_ips", 2),
+    ("kubernetes:\n  provision_timeout: soon\n", "kubernetes.provision_timeout", 2),
+    ("allowed_clouds: aws\n", "allowed_clouds", 1),
+    ("allowed_clouds: [aws, nimbus]\n", "allowed_clouds", 1),
+    ("gcp:\n  labels:\n    team: 7\n", "gcp.labels.team", 3),
+    ("docker:\n  run_options: 5\n", "docker.run_options", 2),
+    ("kubernetes:\n  ports: nodeport\n", "kubernetes.ports", 2),
+    ("jobs:\n  status_check:\n    min_retries: -1\n", "jobs.status_check.min_retries", 3),
+])
+def test_a_key_of_the_wrong_type_names_the_key_file_and_line(
+        skyd_home: Path, tmp_path: Path, text: str, key: str, line: int) -> None:
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path, text)
+    assert e.value.exit_code == 2
+    assert e.value.field == key and e.value.line == line
+    assert "user.yaml" in str(e.value)
+
+
+def test_an_unknown_key_or_unparsable_file_is_an_error_not_an_empty_config(
+        skyd_home: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path, "aws:\n  vpc_nmae: x\n")
+    assert e.value.field == "aws.vpc_nmae" and "unknown key" in str(e.value) and e.value.line == 2
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path, "colour: blue\n")
+    assert e.value.field == "colour"
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path, "aws: [\n")
+    assert "not valid YAML" in str(e.value)
+    with pytest.raises(InvalidSpecError):
+        _load(tmp_path, "- just\n- a list\n")
+    # skyd's own config.yaml too (it used to be read as empty when unparsable)
+    cdir = Path(skyd_home).parent / "config"
+    cdir.mkdir(exist_ok=True)
+    (cdir / "config.yaml").write_text("kubernetes: {namespace: [\n")
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path)
+    assert "config.yaml" in str(e.value)
+    (cdir / "config.yaml").write_text("kubernetes:\n  pending_timeout_s: 30\n")
+    from skyd.clouds.settings import section
+
+    with config_active(_load(tmp_path)):
+        assert section("kubernetes") == {"pending_timeout_s": 30}
+
+
+class config_active:
+    def __init__(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+
+    def __enter__(self) -> None:
+        self.token = config.activate(self.cfg)
+
+    def __exit__(self, *a: Any) -> None:
+        config._CURRENT.reset(self.token)
+
+
+def test_layers_merge_in_skypilots_order_and_each_key_says_where_it_came_from(
+        skyd_home: Path, tmp_path: Path) -> None:
+    cfg = _load(tmp_path,
+                user="kubernetes:\n  namespace: user-ns\n  provision_timeout: 60\naws:\n  vpc_name: u\n",
+                project="kubernetes:\n  namespace: proj-ns\n",
+                cli_items=["kubernetes.provision_timeout=900", "aws.labels.team=ml"])
+    assert cfg.get("kubernetes", "namespace") == "proj-ns"  # project over user
+    assert cfg.get("kubernetes", "provision_timeout") == 900  # --config over both, typed
+    assert cfg.get("aws", "vpc_name") == "u" and cfg.get("aws", "labels") == {"team": "ml"}
+    assert cfg.origin[("kubernetes", "namespace")].endswith("proj.yaml:2")
+    assert cfg.origin[("kubernetes", "provision_timeout")] == "--config"
+    # the task's config: block is above --config
+    t = cfg.with_task({"kubernetes": {"namespace": "task-ns"}})
+    assert t.get("kubernetes", "namespace") == "task-ns"
+    assert t.get("kubernetes", "provision_timeout") == 900
+    with pytest.raises(InvalidSpecError) as e:
+        cfg.with_task({"kubernetes": {"namespce": "x"}})
+    assert e.value.field == "kubernetes.namespce"
+    # --config with a file
+    f = _write(tmp_path / "cli.yaml", "gcp:\n  use_internal_ips: true\n")
+    assert _load(tmp_path, cli_items=[str(f)]).get("gcp", "use_internal_ips") is True
+    with pytest.raises(InvalidSpecError) as e:
+        _load(tmp_path, cli_items=["novalue"])
+    assert e.value.field == "--config"
+
+
+def test_pod_config_merges_as_skypilot_merges_it(skyd_home: Path, tmp_path: Path) -> None:
+    from skyd.clouds.kubernetes.config import with_pod_config
+
+    cfg = _load(tmp_path,
+                user="kubernetes:\n  pod_config:\n    spec:\n      containers:\n"
+                     "        - env: [{name: A, value: '1'}]\n",
+                project="kubernetes:\n  pod_config:\n    spec:\n      containers:\n"
+                        "        - env: [{name: B, value: '2'}, {name: A, value: '3'}]\n")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "main", "image": "x", "env": [{"name": "Z", "value": "0"}]}]}}
+    out = with_pod_config(pod, cfg.section("kubernetes"))
+    env = {e["name"]: e["value"] for e in out["spec"]["containers"][0]["env"]}
+    assert env == {"Z": "0", "A": "3", "B": "2"}  # merged by name into the unnamed first container
+    assert out["spec"]["containers"][0]["image"] == "x" and pod["spec"]["containers"][0]["env"] == [
+        {"name": "Z", "value": "0"}]
+
+
+def test_skypilot_config_replaces_the_user_and_project_files(
+        skyd_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / ".sky.yaml", "kubernetes:\n  namespace: proj\n")
+    only = _write(tmp_path / "only.yaml", "kubernetes:\n  namespace: only\n")
+    src = config.caller_sources(None, cwd=str(tmp_path))
+    assert src.project and src.project.endswith(".sky.yaml")
+    assert config.load(src).get("kubernetes", "namespace") == "proj"
+    monkeypatch.setenv("SKYPILOT_CONFIG", str(only))
+    assert config.load(config.caller_sources(None, cwd=str(tmp_path))).get(
+        "kubernetes", "namespace") == "only"
+    monkeypatch.setenv("SKYPILOT_CONFIG", str(tmp_path / "missing.yaml"))
+    with pytest.raises(InvalidSpecError) as e:
+        config.caller_sources(None, cwd=str(tmp_path))
+    assert e.value.field == "SKYPILOT_CONFIG"
+
+
+def test_docker_run_options_accessor(skyd_home: Path, tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "docker:\n  run_options:\n    - -v /data:/data\n    - --shm-size=2g\n")
+    with config_active(cfg):
+        assert config.docker_run_options() == ["-v", "/data:/data", "--shm-size=2g"]
+    with config_active(_load(tmp_path, "docker:\n  run_options: --privileged\n")):
+        assert config.docker_run_options() == ["--privileged"]
+
+
+POLICY = '''
+import sky
+
+
+class AddLabelsAndNoSpot(sky.AdminPolicy):
+    """SkyPilot's documented example policies, combined."""
+
+    @classmethod
+    def validate_and_mutate(cls, user_request: sky.UserRequest) -> sky.MutatedUserRequest:
+        task = user_request.task
+        if task.name == "forbidden":
+            raise RuntimeError("tasks named forbidden are not allowed here")
+        new_resources = []
+        for r in task.resources:
+            if r.use_spot:
+                raise RuntimeError("spot is disabled by policy")
+            new_resources.append(r.copy(labels={"team": "ml"}))
+        task.set_resources(type(task.resources)(new_resources))
+        task.update_envs({"POLICY": "applied"})
+        config = user_request.skypilot_config
+        config.set_nested(("kubernetes", "namespace"), "policy-ns")
+        return sky.MutatedUserRequest(task=task, skypilot_config=config)
+'''
+
+
+def test_admin_policy_mutates_or_rejects(skyd_home: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyd.pipeline.taskload import load_dag_from_payload
+
+    pkg = tmp_path / "pol"
+    pkg.mkdir()
+    (pkg / "mypolicy.py").write_text(POLICY)
+    monkeypatch.syspath_prepend(str(pkg))
+    cfg = _load(tmp_path, "admin_policy: mypolicy.AddLabelsAndNoSpot\n")
+    with config_active(cfg):
+        dag = load_dag_from_payload({"yaml": "name: ok\nresources: {cpus: 2}\nrun: echo hi\n",
+                                     "base_dir": str(tmp_path)})
+        t = dag.tasks[0]
+        assert t.envs["POLICY"] == "applied"
+        assert dict(t.resources[0].labels or {}) == {"team": "ml"}
+        assert dag.policy_config.get("kubernetes", "namespace") == "policy-ns"
+        for yaml_text, words in (("name: forbidden\nrun: x\n", "tasks named forbidden"),
+                                 ("resources: {use_spot: true}\nrun: x\n", "spot is disabled")):
+            with pytest.raises(InvalidSpecError) as e:
+                load_dag_from_payload({"yaml": yaml_text, "base_dir": str(tmp_path)})
+            assert e.value.exit_code == 2 and e.value.field == "admin_policy"
+            assert words in str(e.value)
+    with config_active(_load(tmp_path, "admin_policy: nowhere.Policy\n")):
+        with pytest.raises(InvalidSpecError) as e:
+            load_dag_from_payload({"yaml": "run: x\n", "base_dir": str(tmp_path)})
+        assert e.value.field == "admin_policy" and "cannot be imported" in str(e.value)
+
+
+def test_the_daemon_plans_only_allowed_clouds_and_reports_ignored_keys(
+        skyd_home: Path, tmp_path: Path) -> None:
+    user = Path(str(tmp_path / "sky-config.yaml"))
+    user.write_text("allowed_clouds: [aws, kubernetes]\naws:\n  use_ssm: true\n")
+    f = tmp_path / "t.yaml"
+    f.write_text("resources:\n  cpus: 2\nrun: echo hi\n")
+    with running_daemon():
+        r = cli("launch", "--dryrun", "-o", "json", str(f))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        clouds = {c["cloud"] for c in doc["tasks"][0]["considered"]}
+        assert clouds and clouds <= {"aws", "kubernetes"}
+        r = cli("launch", "--dryrun", str(f))
+        out = r.stdout + r.stderr
+        assert out.count("aws.use_ssm") == 1 and "not supported by skyd" in out
+        # a pinned infra outside allowed_clouds, a bad --config, a bad file: exit 2, no traceback
+        r = cli("launch", "--dryrun", "--infra", "gcp", str(f))
+        assert r.returncode == 2 and "allowed_clouds" in r.stderr
+        r = cli("launch", "--dryrun", "--config", "kubernetes.namespace=[", str(f))
+        assert r.returncode == 2 and "--config" in r.stderr
+        user.write_text("allowed_clouds: [aws]\naws:\n  labels: [a]\n")
+        r = cli("launch", "--dryrun", str(f))
+        assert r.returncode == 2 and "aws.labels" in r.stderr and "line 3" in r.stderr
+        assert "Traceback" not in r.stderr
+        # the task's own config: block counts
+        user.write_text("")
+        f.write_text("resources:\n  cpus: 2\nrun: echo hi\nconfig:\n  allowed_clouds: [gcp]\n")
+        doc = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
+        assert {c["cloud"] for c in doc["tasks"][0]["considered"]} == {"gcp"}
+
+
+def test_config_show_prints_the_merged_config_and_sources(skyd_home: Path, tmp_path: Path) -> None:
+    (tmp_path / "sky-config.yaml").write_text("aws:\n  vpc_name: v\n  use_ssm: true\n")
+    r = cli("config", "show", "--config", "kubernetes.namespace=ml")
+    assert r.returncode == 0, r.stderr
+    assert "aws.vpc_name" in r.stdout and "sky-config.yaml:2" in r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.startswith("aws.use_ssm"))
+    assert "not supported by skyd" in line
+    doc = json.loads(cli("config", "show", "-o", "json").stdout)
+    assert doc["config"]["aws"]["vpc_name"] == "v"
