@@ -30,18 +30,40 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    from skyd.cli import compat_flags
+
+    compat_flags.install(parser)  # SkyPilot's flags skyd lacks: accepted or refused by name
     return parser
+
+
+def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub-)command parser the words of argv lead to (for its usage on an error)."""
+    cur = parser
+    for word in argv:
+        nxt = None
+        for a in cur._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                nxt = a.choices.get(word)
+        if nxt is not None:
+            cur = nxt
+    return cur
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # an unknown flag: the sub-command's usage, not the top level's
+        _deepest(parser, list(sys.argv[1:] if argv is None else argv)).error(
+            "unrecognized arguments: " + " ".join(extra))
     func = getattr(args, "func", None)
     if func is None:
         # A command group without its subcommand prints the group's help.
         (getattr(args, "_parser", None) or parser).print_help()
         return 0
     try:
+        from skyd.cli import compat_flags
+
+        compat_flags.check(args)
         rc = func(args)
         return int(rc or 0)
     except SkydError as e:

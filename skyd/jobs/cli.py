@@ -31,9 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from skyd.cli.secret_flags import add_secret_flags
 
     add_secret_flags(la)
-    from skyd.cli.compat_flags import add_config_flag
+    from skyd.cli.compat_flags import add_config_flag, add_task_flags
 
     add_config_flag(la)
+    add_task_flags(la, secrets=False)  # --gpus, --infra, ... and --env-file, as sky jobs launch
+    la.add_argument("-c", "--cluster", dest="name", help=argparse.SUPPRESS)  # SkyPilot: alias of -n
     la.add_argument("-o", "--output", choices=("table", "json"), default="table")
     la.set_defaults(func=run_launch)
 
@@ -51,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.set_defaults(func=run_cancel)
 
     lg = js.add_parser("logs", help="print a managed job's output")
-    lg.add_argument("id", type=int, metavar="ID")
+    lg.add_argument("id", type=int, nargs="?", metavar="ID",
+                    help="the job (default: the latest one, of --name when given)")
+    lg.add_argument("-n", "--name", help="the latest job of this name")
     lg.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     lg.add_argument("--controller", action="store_true", help="the controller's log instead")
     lg.set_defaults(func=run_logs)
@@ -174,11 +178,13 @@ def _envs(items: list[str]) -> dict[str, str]:
 def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
+    from skyd.cli.compat_flags import collect_envs, collect_overrides
     from skyd.cli.secret_flags import collect_secrets
     from skyd.sdk.payloads import catalog_dir, config_sources, job_name, read_task_file
 
     payload: dict[str, Any] = {
-        "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),
+        "env": collect_envs(args), "secrets": collect_secrets(args), "name": job_name(args.name),
+        "overrides": collect_overrides(args),
         "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
         "catalog_dir": catalog_dir(), "config": config_sources(getattr(args, "config", None)),
@@ -291,8 +297,11 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.cli.compat_flags import latest_managed_job
 
-    return _print_logs(get_client(), args.id, follow=not args.no_follow, controller=args.controller)
+    client = get_client()
+    job_id = args.id if args.id is not None else latest_managed_job(client, args.name)
+    return _print_logs(client, job_id, follow=not args.no_follow, controller=args.controller)
 
 
 def _print_logs(client: Any, job_id: int, *, follow: bool, controller: bool) -> int:

@@ -142,7 +142,9 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
         return await planner.dryrun(dag, minimize=payload.get("minimize", "cost"),
                                     catalog_dir=payload.get("catalog_dir"), store=ctx.store)
     task = await load_task_from_payload(payload)
-    for w in task.validate():
+    from skyd.pipeline.taskload import tier_warnings
+
+    for w in [*task.validate(), *tier_warnings(task)]:
         ctx.log(f"warning: {w}")
     await anyio.to_thread.run_sync(check_local_paths, task)
     from skyd.storage import mounts as smounts

@@ -406,6 +406,10 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
 
     from skyd.pipeline.plan_view import planned_to_json
 
+    if any(t.workdir is not None and not isinstance(t.workdir, str) for t in dag.tasks):
+        from skyd.pipeline.gitworkdir import require_git
+
+        require_git()  # a git workdir is cloned at launch: the plan says so when it cannot be
     checks = await _checks(store)
     planned = await anyio.to_thread.run_sync(
         plan_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, catalog_dir,
@@ -493,10 +497,15 @@ def local_mounts(task: Any) -> dict[str, str]:
 
 
 def workdir_path(task: Any) -> str:
+    """The local directory synced as the workdir; a git workdir ({url, ref}) is cloned on
+    this machine first (skyd.pipeline.gitworkdir; blocking the first time: the launch
+    calls it from a worker thread before syncing)."""
     wd = task.workdir
     if isinstance(wd, str):
         return wd
-    raise ClusterStateError("git workdirs ({url, ref}) are not supported yet", hint="use a local path")
+    from skyd.pipeline import gitworkdir
+
+    return str(gitworkdir.checkout(str(wd.url), getattr(wd, "ref", None)))
 
 
 def task_autostop(task: Any) -> tuple[int, bool] | None:

@@ -87,11 +87,80 @@ def _with_policy(text: str, payload: dict[str, Any]) -> tuple[str, Any]:
     return yaml.safe_dump_all([*head, *mutated], sort_keys=False), cfg.with_data(new_cfg, f"admin_policy {spec}")
 
 
+def load_dag_with_overrides(payload: dict[str, Any]) -> Any:
+    """load_dag_from_payload with the payload's CLI overrides (``--gpus``, ``--infra``,
+    ...) applied, as ``jobs launch`` and ``serve up/update`` take them (SkyPilot refuses
+    them for a pipeline, and so does skyd)."""
+    dag = load_dag_from_payload(payload)
+    ov = payload.get("overrides")
+    if ov is not None and not isinstance(ov, dict):
+        raise InvalidSpecError("overrides must be a mapping", field="overrides")
+    if ov and any(v is not None for v in ov.values()):
+        if len(dag.tasks) > 1:
+            raise InvalidSpecError(
+                "resource overrides (--gpus, --infra, ...) cannot be used with a pipeline",
+                field="overrides", hint="set the resources in each task of the YAML")
+        dag.tasks = [apply_overrides(t, ov) for t in dag.tasks]
+    return dag
+
+
 def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:
     if not overrides:
         return task
     kw = {k: v for k, v in overrides.items() if k in OVERRIDE_KEYS and v is not None}
-    return task.with_overrides(**kw) if kw else task
+    task = task.with_overrides(**kw) if kw else task
+    task = _git_override(task, overrides.get("git_url"), overrides.get("git_ref"))
+    tiers = {k: overrides[k] for k in TIER_KEYS if overrides.get(k) is not None}
+    if tiers:  # --disk-tier / --network-tier: on every candidate, checked as the YAML's are
+        from pydantic import ValidationError
+
+        from skyd.models import Resources
+
+        for k, v in tiers.items():
+            try:
+                Resources.model_validate({k: v})
+            except ValidationError:
+                raise InvalidSpecError(f"{v!r} is not a {k.replace('_', ' ')}",
+                                       field="--" + k.replace("_", "-"),
+                                       hint=TIER_HINTS[k]) from None
+        task = task.model_copy(update={"resources": [r.copy(**tiers) for r in task.resources]})
+    return task
+
+
+def _git_override(task: Any, url: Any, ref: Any) -> Any:
+    """``--git-url`` / ``--git-ref``: the workdir becomes that repository at that ref
+    (``--git-ref`` alone: the YAML's git workdir at another ref), as in SkyPilot."""
+    if not url and not ref:
+        return task
+    from skyd.models.task import WorkdirGit
+
+    cur = task.workdir if isinstance(task.workdir, WorkdirGit) else None
+    url = url or (cur.url if cur else None)
+    if not url:
+        raise InvalidSpecError("--git-ref needs --git-url (or a git workdir in the YAML)",
+                               field="--git-ref", hint="add --git-url URL")
+    for flag, v in (("--git-url", url), ("--git-ref", ref)):
+        if v is not None and (not isinstance(v, str) or not v.strip() or v.startswith("-")):
+            raise InvalidSpecError(f"{flag} {v!r} is not a repository URL or ref", field=flag)
+    return task.model_copy(update={"workdir": WorkdirGit(url=url, ref=ref or (cur.ref if cur else None))})
+
+
+TIER_KEYS = ("disk_tier", "network_tier")
+TIER_HINTS = {"disk_tier": "one of low, medium, high, ultra, best",
+              "network_tier": "one of standard, best"}
+
+
+def tier_warnings(task: Any) -> list[str]:
+    """disk_tier / network_tier other than the default: what skyd does with them (the
+    provider's default disk and network are used; no provider here selects by tier)."""
+    out = []
+    for k in TIER_KEYS:
+        vals = sorted({str(getattr(r, k, None)) for r in task.resources
+                       if getattr(r, k, None) not in (None, "default", "standard")})
+        if vals:
+            out.append(f"resources.{k}: {', '.join(vals)} is not acted on by skyd's providers: "
+                       "the provider's default disk/network is used")
+    return out
 
 
 async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:

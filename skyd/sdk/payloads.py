@@ -16,7 +16,8 @@ from typing import Any
 from skyd.errors import InvalidSpecError
 
 OVERRIDES = ("gpus", "cpus", "memory", "infra", "instance_type", "num_nodes", "use_spot",
-             "disk_size", "image_id", "ports", "name", "workdir")  # fmt: skip
+             "disk_size", "disk_tier", "network_tier", "image_id", "ports", "name",
+             "workdir", "git_url", "git_ref")  # fmt: skip
 
 
 def task_source(task: str | os.PathLike[str] | None = None, *, command: str | None = None,

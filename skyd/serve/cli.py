@@ -23,9 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
     up.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
     up.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    from skyd.cli.compat_flags import add_config_flag
+    from skyd.cli.compat_flags import add_config_flag, add_task_flags
 
     add_config_flag(up)
+    add_task_flags(up)  # --gpus, --infra, ..., --env-file, --secret (as sky serve up)
     up.set_defaults(func=run_up)
 
     u = ss.add_parser("update", help="roll a service to a new version of its task YAML")
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     u.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
     u.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
     add_config_flag(u)
+    add_task_flags(u)
     u.set_defaults(func=run_update)
 
     s = ss.add_parser("status", help="services and their replicas")
@@ -67,14 +69,14 @@ def run_up(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skyd.cli.client import get_client
-    from skyd.jobs.cli import _envs
+    from skyd.cli.compat_flags import task_flags_payload
     from skyd.sdk.payloads import config_sources, read_task_file
 
     path = Path(args.yaml)
     payload: dict[str, Any] = {
         "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
-        "base_dir": str(path.resolve().parent), "env": _envs(args.env), "name": args.name,
-        "config": config_sources(args.config),
+        "base_dir": str(path.resolve().parent), "name": args.name,
+        "config": config_sources(args.config), **task_flags_payload(args),
     }  # fmt: skip
     client = get_client()
     rid = client.submit("serve.up", payload)
@@ -96,14 +98,15 @@ def run_update(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skyd.cli.client import get_client
-    from skyd.jobs.cli import _envs, _wait
+    from skyd.cli.compat_flags import task_flags_payload
+    from skyd.jobs.cli import _wait
     from skyd.sdk.payloads import config_sources, read_task_file
 
     path = Path(args.yaml)
     payload: dict[str, Any] = {
         "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
-        "base_dir": str(path.resolve().parent), "env": _envs(args.env), "name": args.name,
-        "mode": args.mode, "config": config_sources(args.config),
+        "base_dir": str(path.resolve().parent), "name": args.name,
+        "mode": args.mode, "config": config_sources(args.config), **task_flags_payload(args),
     }  # fmt: skip
     client = get_client()
     out = _wait(client, client.submit("serve.update", payload))
