@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_ssh",
     "skyd.cli.cmd_storage",
     "skyd.cli.cmd_config",
+    "skyd.cli.cmd_debug",
     "skyd.jobs.cli",
     "skyd.serve.cli",
 ]

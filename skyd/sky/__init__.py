@@ -9,7 +9,6 @@ result), as SkyPilot 0.14's client SDK does; reads (``status``, ``queue``) too, 
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from skyd.sky import jobs, serve
@@ -51,12 +50,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # async variants: sky.launch_async etc. are skyd.sky.aio's coroutines
     if name.endswith("_async") or name == "aio":
-        from skyd.sky import aio
+        import importlib
 
+        aio = importlib.import_module("skyd.sky.aio")
         if name == "aio":
             return aio
         return getattr(aio, name[: -len("_async")])
     raise AttributeError(f"module 'skyd.sky' has no attribute {name!r}")
 
-
-_ = sys

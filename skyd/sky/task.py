@@ -83,7 +83,8 @@ class Task:
             if v is not None:
                 self._config[k] = copy.deepcopy(v)
         self.base_dir: str = os.getcwd()
-        self.service: dict[str, Any] | None = None
+        if Dag._stack:  # created inside `with sky.Dag():` — part of that pipeline
+            Dag._stack[-1].add(self)
 
     # -- SkyPilot's constructors --------------------------------------------------------
     @classmethod
@@ -118,7 +119,7 @@ class Task:
     # -- accessors ----------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         if name in ("name", "setup", "run", "workdir", "num_nodes", "file_mounts",
-                    "event_callback", "volumes"):
+                    "event_callback", "volumes", "service", "config"):
             return self.__dict__["_config"].get(name)
         if name in ("envs", "secrets"):
             return dict(self.__dict__["_config"].get(name) or {})
@@ -190,6 +191,10 @@ class Task:
 
     def to_yaml_config(self) -> dict[str, Any]:
         return copy.deepcopy(self._config)
+
+    def __rshift__(self, other: Task) -> Task:
+        """``t1 >> t2`` inside ``with sky.Dag()``: t2 runs after t1 (a chain)."""
+        return other
 
     def __repr__(self) -> str:
         return f"Task(name={self._config.get('name')!r})"
