@@ -134,7 +134,7 @@ def test_git_workdir_is_cloned_and_run_at_its_ref(daemon: Any, tmp_path: Path) -
     _git("add", ".", cwd=repo)
     _git("commit", "-qm", "one", cwd=repo)
     _git("tag", "v1", cwd=repo)
-    (repo / "marker.txt").write_text("version-two\n")
+    (repo / "marker.txt").write_text("version-two-longer\n")  # sync compares size+mtime(s)
     _git("commit", "-qam", "two", cwd=repo)
     r = cli("launch", "--dryrun", "--git-url", str(repo), "--git-ref", "v1", "cat marker.txt")
     assert r.returncode == 0, r.stderr
@@ -171,7 +171,7 @@ def test_serve_up_takes_secret_overrides_and_env_file(daemon: Any, tmp_path: Pat
                  f"run: exec {sys.executable} {app}\n")
     (tmp_path / "e.env").write_text("MODE=x\n")
     r = cli("serve", "up", "-o", "json", str(f))
-    assert r.returncode == 2 and "HF_TOKEN" in r.stderr  # the YAML asks for it
+    assert r.returncode == 2 and "HF_TOKEN" in r.stdout + r.stderr  # the YAML asks for it
     r = cli("serve", "up", "-o", "json", "--secret", "HF_TOKEN=hf-s3cr3t-value", "--env-file",
             str(tmp_path / "e.env"), "--cpus", "1+", "--infra", "local", str(f))
     assert r.returncode == 0, r.stderr
