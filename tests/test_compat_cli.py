@@ -207,3 +207,55 @@ def test_show_gpus_default_is_a_summary_and_a_is_every_offering(skyd_home: Path)
     full = cli("show-gpus", "-a").stdout
     assert "AVAILABLE_QUANTITIES" in short and "INSTANCE_TYPE" not in short
     assert "INSTANCE_TYPE" in full and len(full.splitlines()) > len(short.splitlines())
+
+
+@pytest.fixture
+def kube(skyd_home: Path, tmp_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
+    from tests.fakes.kubeapi import FakeKube, gpu_node
+
+    k = FakeKube(tmp_path / "kube").start()
+    k.add_node(gpu_node("cpu-a", {}, cpu="16", memory="64Gi"))
+    cfg = k.kubeconfig(tmp_path / "kubeconfig", {"lab": "ml"})
+    env = {"KUBECONFIG": str(cfg)}
+    try:
+        with running_daemon(**env):
+            yield k, env
+    finally:
+        k.stop()
+
+
+def test_volumes_apply_ls_delete_are_pvcs(kube: tuple[Any, dict[str, str]], tmp_path: Path) -> None:
+    k, env = kube
+    # SkyPilot's documented volume YAML
+    f = tmp_path / "vol.yaml"
+    f.write_text("name: new-pvc\ntype: k8s-pvc\ninfra: k8s\nsize: 10Gi\nlabels:\n  team: ml\n"
+                 "config:\n  access_mode: ReadWriteMany\n  storage_class_name: fast\n")
+    r = cli("volumes", "apply", "-y", str(f), env=env)
+    assert r.returncode == 0, r.stderr
+    pvc = k.pvcs[("ml", "new-pvc")]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert pvc["spec"]["storageClassName"] == "fast" and pvc["metadata"]["labels"]["team"] == "ml"
+    # idempotent by name
+    assert cli("volumes", "apply", "-y", str(f), env=env).returncode == 0
+    rows = json.loads(cli("volumes", "ls", "-o", "json", env=env).stdout)
+    assert [(r["name"], r["infra"], r["size"]) for r in rows] == [("new-pvc", "k8s/lab", "10Gi")]
+    # flags instead of a file; bad input names the field
+    r = cli("volumes", "apply", "--name", "Bad_Name", "--size", "1Gi", env=env)
+    assert r.returncode == 2 and "name" in r.stderr
+    r = cli("volumes", "apply", "--name", "small", "--size", "lots", env=env)
+    assert r.returncode == 2 and "size" in r.stderr
+    # an existing PVC skyd did not make: registered, and delete only unregisters it
+    k.pvcs[("ml", "theirs")] = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                "metadata": {"name": "theirs", "namespace": "ml", "labels": {}},
+                                "spec": {"accessModes": ["ReadWriteOnce"],
+                                         "resources": {"requests": {"storage": "1Gi"}}},
+                                "status": {"phase": "Bound"}}
+    r = cli("volumes", "apply", "--name", "theirs", "--use-existing", env=env)
+    assert r.returncode == 0, r.stderr
+    r = cli("volumes", "delete", "-y", "new-pvc", "theirs", env=env)
+    assert r.returncode == 0, r.stderr
+    assert ("ml", "new-pvc") not in k.pvcs and ("ml", "theirs") in k.pvcs
+    assert "skyd-volume" not in k.pvcs[("ml", "theirs")]["metadata"]["labels"]
+    r = cli("volumes", "delete", "nope", env=env)
+    assert r.returncode != 0 and "nope" in r.stderr

@@ -322,3 +322,47 @@ def test_config_show_prints_the_merged_config_and_sources(skyd_home: Path, tmp_p
     assert "not supported by skyd" in line
     doc = json.loads(cli("config", "show", "-o", "json").stdout)
     assert doc["config"]["aws"]["vpc_name"] == "v"
+
+
+def test_kubernetes_keys_reach_the_pods(skyd_home: Path, tmp_path: Path) -> None:
+    """pod_config (user file) and namespace (project file via the caller's cwd) are read per
+    request by the daemon and handed to the kubernetes provider."""
+    from tests.fakes.kubeapi import FakeKube, gpu_node
+
+    k = FakeKube(tmp_path / "kube").start()
+    k.add_node(gpu_node("cpu-a", {}, cpu="16", memory="64Gi"))
+    cfg = k.kubeconfig(tmp_path / "kubeconfig", {"lab": "", "other": ""})
+    (tmp_path / "sky-config.yaml").write_text(
+        "kubernetes:\n  allowed_contexts: [lab]\n  pod_config:\n    metadata:\n"
+        "      labels: {cost-center: ml-42}\n    spec:\n      containers:\n"
+        "        - env: [{name: FROM_POD_CONFIG, value: 'yes'}]\n")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / ".sky.yaml").write_text("kubernetes:\n  namespace: team-ns\n")
+    f = proj / "t.yaml"
+    f.write_text("resources:\n  infra: k8s\n  cpus: 1\nrun: echo pod-$FROM_POD_CONFIG\n")
+    env = {"KUBECONFIG": str(cfg), "SKYD_K8S_POLL_S": "0.1"}
+    try:
+        with running_daemon(**env):
+            r = subprocess_cli(["launch", "-y", "-c", "kp", str(f)], env, cwd=proj)
+            assert r.returncode == 0, r.stdout + r.stderr
+            pods = [p for (ns, _), p in k.pods.items()]
+            assert pods and all(p["metadata"]["namespace"] == "team-ns" for p in pods)
+            assert pods[0]["metadata"]["labels"]["cost-center"] == "ml-42"
+            envs = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0].get("env") or []}
+            assert envs.get("FROM_POD_CONFIG") == "yes"
+            r = subprocess_cli(["launch", "--dryrun", "--infra", "k8s/other", str(f)], env, cwd=proj)
+            assert r.returncode != 0 and "other" in r.stdout + r.stderr
+            subprocess_cli(["down", "-a", "-y"], env, cwd=proj)
+    finally:
+        k.stop()
+
+
+def subprocess_cli(args: list[str], env: dict[str, str], cwd: Path) -> Any:
+    import os
+    import subprocess
+
+    from tests.test_daemon_support import SKYD_BIN
+
+    return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True, timeout=180,
+                          cwd=cwd, env={**os.environ, **env})

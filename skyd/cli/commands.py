@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_storage",
     "skyd.cli.cmd_config",
     "skyd.cli.cmd_debug",
+    "skyd.cli.cmd_volumes",
     "skyd.jobs.cli",
     "skyd.serve.cli",
 ]
