@@ -340,7 +340,8 @@ def test_kubernetes_keys_reach_the_pods(skyd_home: Path, tmp_path: Path) -> None
     proj.mkdir()
     (proj / ".sky.yaml").write_text("kubernetes:\n  namespace: team-ns\n")
     f = proj / "t.yaml"
-    f.write_text("resources:\n  infra: k8s\n  cpus: 1\nrun: echo pod-$FROM_POD_CONFIG\n")
+    f.write_text("resources:\n  infra: k8s\n  cpus: 1\nvolumes:\n  /mnt/data: data\n"
+                 "run: echo pod-$FROM_POD_CONFIG\n")
     env = {"KUBECONFIG": str(cfg), "SKYD_K8S_POLL_S": "0.1"}
     try:
         with running_daemon(**env):
@@ -351,6 +352,11 @@ def test_kubernetes_keys_reach_the_pods(skyd_home: Path, tmp_path: Path) -> None
             assert pods[0]["metadata"]["labels"]["cost-center"] == "ml-42"
             envs = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0].get("env") or []}
             assert envs.get("FROM_POD_CONFIG") == "yes"
+            # the task's volumes: {path: PVC} mount through the same seam
+            claims = [v["persistentVolumeClaim"]["claimName"] for v in pods[0]["spec"].get("volumes") or []
+                      if "persistentVolumeClaim" in v]
+            mounts = [m["mountPath"] for m in pods[0]["spec"]["containers"][0].get("volumeMounts") or []]
+            assert claims == ["data"] and "/mnt/data" in mounts
             r = subprocess_cli(["launch", "--dryrun", "--infra", "k8s/other", str(f)], env, cwd=proj)
             assert r.returncode != 0 and "other" in r.stdout + r.stderr
             subprocess_cli(["down", "-a", "-y"], env, cwd=proj)

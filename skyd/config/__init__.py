@@ -48,16 +48,31 @@ class Config:
             return None
         return {"kubernetes" if c == "k8s" else str(c).lower() for c in raw}
 
-    def with_task(self, task_config: dict[str, Any] | None, source: str = "task config:") -> Config:
+    def with_task(self, task_config: dict[str, Any] | None, source: str = "task config:",
+                  kind: str = "task") -> Config:
         """This config with a task's ``config:`` block merged above the CLI layer (and below
         skyd's own file, whose keys still win)."""
         if not task_config:
             return self
-        layer = Layer(source, task_config, {}, "task")
+        layer = Layer(source, task_config, {}, kind)
         validate_layer(layer)
-        file_layers = [la for la in self.layers if la.kind != "task"]
+        file_layers = [la for la in self.layers if la.kind != kind]
         pos = next((i for i, la in enumerate(file_layers) if la.kind == "skyd"), len(file_layers))
         return merge([*file_layers[:pos], layer, *file_layers[pos:]], self.sources)
+
+    def with_volumes(self, volumes: dict[str, Any] | None) -> Config:
+        """A task's ``volumes: {/mount/path: VOLUME}`` (Kubernetes PVCs, ``skyd volumes``)
+        as a ``kubernetes.pod_config`` layer: each claim mounted in the pod's container."""
+        if not volumes:
+            return self
+        vols, mounts = [], []
+        for i, (path, vol) in enumerate(sorted(volumes.items())):
+            claim = vol.get("name") if isinstance(vol, dict) else vol
+            name = f"skyd-vol-{i}"
+            vols.append({"name": name, "persistentVolumeClaim": {"claimName": str(claim)}})
+            mounts.append({"name": name, "mountPath": str(path)})
+        pod = {"spec": {"volumes": vols, "containers": [{"volumeMounts": mounts}]}}
+        return self.with_task({"kubernetes": {"pod_config": pod}}, "task volumes:", kind="volumes")
 
     def with_data(self, data: dict[str, Any], source: str) -> Config:
         """A config replaced as a whole (an admin policy's mutated config)."""

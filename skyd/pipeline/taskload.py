@@ -171,10 +171,13 @@ async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:
 
 async def load_task_from_payload(payload: dict[str, Any]) -> Any:
     dag = await aload_dag_from_payload(payload)
-    if getattr(dag, "policy_config", None) is not None:  # the admin policy's config from now on
-        from skyd import config
+    from skyd import config
 
+    if getattr(dag, "policy_config", None) is not None:  # the admin policy's config from now on
         config.activate(dag.policy_config)
+    if len(dag.tasks) == 1 and getattr(dag.tasks[0], "volumes", None):
+        # volumes: {/path: PVC}: mounted through the kubernetes provider's pod_config
+        config.activate(config.current().with_volumes(dict(dag.tasks[0].volumes)))
     if len(dag.tasks) != 1:
         raise InvalidSpecError(
             f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",

@@ -61,7 +61,7 @@ def parse(doc: Any) -> VolumeSpec:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"])
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        raise InvalidSpecError(msg, field=field, hint="see docs/volumes.md") from None
+        raise InvalidSpecError(msg, field=field, hint="see the volume YAML in docs/volumes.md") from None
     if spec.type != "k8s-pvc":
         raise InvalidSpecError(f"volume type {spec.type!r} is not offered by skyd", field="type",
                                hint="type: k8s-pvc (a PersistentVolumeClaim on Kubernetes)")
