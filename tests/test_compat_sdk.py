@@ -114,3 +114,22 @@ def test_managed_jobs_and_async_variants(daemon: Any) -> None:
 
     job_id, handle = anyio.run(main)
     assert handle["cluster"] == "asy" and job_id == 1
+
+
+def test_serve_up_status_down(daemon: Any, tmp_path: Path) -> None:
+    import sys
+
+    from tests.test_compat_cli import REPLICA
+
+    app = tmp_path / "app.py"
+    app.write_text(REPLICA)
+    task = sky.Task(name="sdksvc", run=f"exec {sys.executable} {app}")
+    task.set_service({"readiness_probe": {"path": "/health", "initial_delay_seconds": 60},
+                      "replicas": 1})
+    task.set_resources(sky.Resources(infra="local"))
+    name, endpoint = sky.get(sky.serve.up(task, service_name="sdksvc"))
+    assert name == "sdksvc" and endpoint.startswith("http://127.0.0.1:")
+    rows = sky.get(sky.serve.status("sdksvc"))
+    assert [r["name"] for r in rows] == ["sdksvc"]
+    assert sky.get(sky.serve.down("sdksvc")) is None
+    assert sky.get(sky.serve.status()) == []

@@ -191,6 +191,11 @@ def get(request_id: str) -> Any:
 def _shape(verb: str | None, result: Any) -> Any:
     if verb in ("launch", "exec") and isinstance(result, dict) and "job_id" in result:
         return result.get("job_id"), result
+    if verb == "serve.up" and isinstance(result, dict):
+        return result.get("name"), result.get("endpoint")
+    if verb in ("serve.update", "serve.down", "jobs.cancel", "cancel", "stop", "start", "down",
+                "autostop"):
+        return None
     if verb == "jobs.launch" and isinstance(result, dict):
         ids = result.get("job_ids") or ([result["job_id"]] if result.get("job_id") is not None else [])
         return ids, result
