@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     lg.add_argument("--tail", type=int, default=0, help="last N lines only")
     lg.add_argument("--status", action="store_true", help="print the job's status; exit 0 iff SUCCEEDED")
-    lg.add_argument("--node", type=int, help="one node's log (multi-node jobs)")
+    lg.add_argument("--node", "-w", "--worker", dest="node", type=int,
+                    help="one node's log (multi-node jobs; SkyPilot's -w/--worker)")
     lg.set_defaults(func=run_logs)
 
     cr = sub.add_parser("cost-report", help="estimated cost of clusters, live and torn down")

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     q.add_argument("-o", "--output", choices=("table", "json"), default="table")
     q.add_argument("--skip-finished", action="store_true", help="hide jobs that have ended")
     q.add_argument("-s", "--status", action="append", metavar="STATUS", help="only this status")
+    q.add_argument("-l", "--limit", type=int, metavar="N", help="the N newest jobs only")
+    q.add_argument("-a", "--all", dest="limit", action="store_const", const=None,
+                   help="every job (the default)")
     q.set_defaults(func=run_queue)
 
     c = js.add_parser("cancel", help="cancel managed jobs")
@@ -256,6 +259,8 @@ def run_queue(args: argparse.Namespace) -> int:
     if args.status:
         params["status"] = args.status
     rows = get_client().get("/v1/jobs", params)
+    if getattr(args, "limit", None) is not None:  # newest first: the first N
+        rows = rows[: max(0, args.limit)]
     if args.output == "json":
         from skyd.cli.output import print_json
 
