@@ -173,13 +173,16 @@ def test_layers_merge_in_skypilots_order_and_each_key_says_where_it_came_from(
     assert cfg.get("aws", "vpc_name") == "u" and cfg.get("aws", "labels") == {"team": "ml"}
     assert cfg.origin[("kubernetes", "namespace")].endswith("proj.yaml:2")
     assert cfg.origin[("kubernetes", "provision_timeout")] == "--config"
-    # the task's config: block is above --config
-    t = cfg.with_task({"kubernetes": {"namespace": "task-ns"}})
-    assert t.get("kubernetes", "namespace") == "task-ns"
-    assert t.get("kubernetes", "provision_timeout") == 900
+    # the task's config: block is above --config, for the keys SkyPilot lets a task set
+    t = cfg.with_task({"kubernetes": {"provision_timeout": 30}})
+    assert t.get("kubernetes", "provision_timeout") == 30
+    assert t.get("kubernetes", "namespace") == "proj-ns"
     with pytest.raises(InvalidSpecError) as e:
-        cfg.with_task({"kubernetes": {"namespce": "x"}})
-    assert e.value.field == "kubernetes.namespce"
+        cfg.with_task({"kubernetes": {"namespace": "x"}})
+    assert e.value.field == "config.kubernetes.namespace" and e.value.exit_code == 2
+    with pytest.raises(InvalidSpecError) as e:
+        cfg.with_task({"kubernetes": {"pod_config": "not-a-mapping"}})
+    assert e.value.field == "kubernetes.pod_config"
     # --config with a file
     f = _write(tmp_path / "cli.yaml", "gcp:\n  use_internal_ips: true\n")
     assert _load(tmp_path, cli_items=[str(f)]).get("gcp", "use_internal_ips") is True
@@ -306,11 +309,15 @@ def test_the_daemon_plans_only_allowed_clouds_and_reports_ignored_keys(
         r = cli("launch", "--dryrun", str(f))
         assert r.returncode == 2 and "aws.labels" in r.stderr and "line 3" in r.stderr
         assert "Traceback" not in r.stderr
-        # the task's own config: block counts
+        # a task's config: block may not set allowed_clouds (as in SkyPilot): exit 2, named
         user.write_text("")
         f.write_text("resources:\n  cpus: 2\nrun: echo hi\nconfig:\n  allowed_clouds: [gcp]\n")
-        doc = json.loads(cli("launch", "--dryrun", "-o", "json", str(f)).stdout)
-        assert {c["cloud"] for c in doc["tasks"][0]["considered"]} == {"gcp"}
+        r = cli("launch", "--dryrun", str(f))
+        assert r.returncode == 2 and "config.allowed_clouds" in r.stderr
+        # ... a key it may set is checked and reported like any other
+        f.write_text("run: echo hi\nconfig:\n  gcp:\n    enable_gvnic: true\n")
+        r = cli("launch", "--dryrun", str(f))
+        assert r.returncode == 0 and "gcp.enable_gvnic" in r.stdout + r.stderr
 
 
 def test_config_show_prints_the_merged_config_and_sources(skyd_home: Path, tmp_path: Path) -> None:

@@ -54,6 +54,8 @@ class Config:
         skyd's own file, whose keys still win)."""
         if not task_config:
             return self
+        if kind == "task":
+            _check_task_keys(task_config)
         layer = Layer(source, task_config, {}, kind)
         validate_layer(layer)
         file_layers = [la for la in self.layers if la.kind != kind]
@@ -79,6 +81,34 @@ class Config:
         layer = Layer(source, data, {}, "policy")
         validate_layer(layer)
         return merge([layer], self.sources)
+
+
+#: The keys a task's ``config:`` may set (SkyPilot 0.14's OVERRIDEABLE_CONFIG_KEYS_IN_TASK);
+#: any other is refused, as SkyPilot refuses it.
+TASK_KEYS: tuple[tuple[str, ...], ...] = (
+    ("docker", "run_options"), ("nvidia_gpus", "disable_ecc"), ("ssh", "custom_metadata"),
+    ("ssh", "pod_config"), ("ssh", "provision_timeout"), ("kubernetes", "custom_metadata"),
+    ("kubernetes", "pod_config"), ("kubernetes", "provision_timeout"), ("kubernetes", "dws"),
+    ("kubernetes", "kueue"), ("kubernetes", "quota"), ("kubernetes", "remote_identity"),
+    ("kubernetes", "enable_docker"), ("kubernetes", "set_pod_resource_limits"),
+    ("azure", "remote_identity"), ("azure", "vpc_name"), ("gcp", "vpc_name"),
+    ("gcp", "subnet_names"), ("gcp", "managed_instance_group"), ("gcp", "enable_gvnic"),
+    ("gcp", "enable_gpu_direct"), ("gcp", "placement_policy"), ("vast", "datacenter_only"),
+    ("vast", "create_instance_kwargs"), ("slurm", "sbatch_options"), ("slurm", "quota"),
+    ("slurm", "cpu_partition"), ("active_workspace",),
+)  # fmt: skip
+
+
+def _check_task_keys(task_config: dict[str, Any]) -> None:
+    from skyd.config.layers import leaf_paths
+
+    allowed = {".".join(k) for k in TASK_KEYS}
+    for p in leaf_paths(task_config):
+        if not any(".".join(p[:i]) in allowed for i in range(1, len(p) + 1)):
+            raise ConfigError(
+                "a task's config: cannot set this key (as in SkyPilot)", field="config." + ".".join(p),
+                hint="set it in ~/.sky/config.yaml, .sky.yaml or --config; a task may set "
+                     + ", ".join(sorted(allowed - {"active_workspace"})))
 
 
 def _loc_line(layer: Layer, loc: tuple[Any, ...]) -> int | None:
