@@ -85,8 +85,15 @@ def test_skypilot_command_lines_parse_to_the_same_request(tmp_path: Path, monkey
     assert p["name"] == "myjob" and p["env"] == {"A": "1", "B": "3"}
     assert p["overrides"] == {"gpus": "A100:8", "infra": "aws", "use_spot": True, "disk_tier": "high"}
     # sky exec -c mycluster task.yaml  /  sky exec mycluster task.yaml
-    a = build_parser().parse_args(["exec", "-c", "mycluster", "t.yaml"])
-    assert (a.cluster_opt, a.words) == ("mycluster", ["t.yaml"])
+    from skyd.cli.compat_flags import normalize_argv
+
+    for argv in (["exec", "-c", "mycluster", "t.yaml"], ["exec", "--cluster=mycluster", "t.yaml"],
+                 ["exec", "mycluster", "t.yaml"], ["exec", "-d", "-cmycluster", "t.yaml"]):
+        a = build_parser().parse_args(normalize_argv(argv))
+        assert (a.cluster, a.entrypoint) == ("mycluster", ["t.yaml"]), argv
+    # options between the cluster and the command (SkyPilot's docs do it)
+    a = build_parser().parse_args(normalize_argv(["exec", "c1", "--env", "A=1", "echo", "hi"]))
+    assert (a.cluster, a.entrypoint, a.env) == ("c1", ["echo", "hi"], ["A=1"])
     # sky show-gpus -a: every offering; sky logs -s CLUSTER 1 2
     assert build_parser().parse_args(["show-gpus", "-a"]).show_all is True
     a = build_parser().parse_args(["logs", "-s", "c", "1", "2"])

@@ -69,10 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     e = sub.add_parser("exec", help="run a task on an existing cluster (skips setup)",
                        description="Sync the workdir and run a task or command on an UP cluster.")
-    e.add_argument("words", nargs="+", metavar="[CLUSTER] TASK.yaml|COMMAND",
-                   help="the cluster (unless -c names it), then a task YAML or a command")
+    e.add_argument("cluster", help="cluster name (or -c CLUSTER, as sky exec -c)")
+    e.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND")
     e.add_argument("-c", "--cluster", dest="cluster_opt", metavar="CLUSTER",
-                   help="the cluster (as sky exec -c)")
+                   help="the cluster (as sky exec -c; same as the positional CLUSTER)")
     e.add_argument("-d", "--detach-run", action="store_true", help="don't stream the job's log")
     e.add_argument("--async", dest="async_", action="store_true",
                    help="print the request id and return at once")
@@ -195,9 +195,6 @@ def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -
 
 
 def run_exec(args: argparse.Namespace) -> int:
-    from skyd.cli.compat_flags import exec_target
-
-    args.cluster, args.entrypoint = exec_target(args.cluster_opt, args.words)
     from skyd.cli.client import get_client
     from skyd.sdk.payloads import exec_payload
 

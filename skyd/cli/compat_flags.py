@@ -178,16 +178,27 @@ def latest_managed_job(client: Any, name: str | None = None) -> int:
     return max(int(r.get("job_id") or r.get("id") or 0) for r in rows)
 
 
-def exec_target(cluster_opt: str | None, words: list[str]) -> tuple[str, list[str]]:
-    """``skyd exec CLUSTER ENTRY...`` or ``skyd exec -c CLUSTER ENTRY...`` (SkyPilot's)."""
-    from skyd.errors import InvalidSpecError
-
-    if cluster_opt:
-        return cluster_opt, list(words)
-    if len(words) < 2:
-        raise InvalidSpecError("exec needs a cluster and a task", field="cluster",
-                               hint="skyd exec CLUSTER TASK.yaml (or -c CLUSTER TASK.yaml)")
-    return words[0], list(words[1:])
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``skyd exec -c CLUSTER ENTRY...`` (SkyPilot's spelling) -> ``skyd exec CLUSTER
+    ENTRY...``: the option moves to the positional place, so both spellings parse alike
+    (argparse cannot give one positional two sources)."""
+    if not argv or argv[0] != "exec":
+        return argv
+    rest = list(argv[1:])
+    for i, a in enumerate(rest):
+        if a == "--":
+            break
+        name = None
+        if a in ("-c", "--cluster") and i + 1 < len(rest):
+            name, drop = rest[i + 1], 2
+        elif a.startswith("--cluster="):
+            name, drop = a.split("=", 1)[1], 1
+        elif a.startswith("-c") and len(a) > 2 and not a.startswith("--"):
+            name, drop = a[2:], 1
+        if name is not None:
+            del rest[i:i + drop]
+            return ["exec", name, *rest]
+    return argv
 
 
 def cluster_is_up(name: str) -> bool:

@@ -51,9 +51,12 @@ def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argum
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    from skyd.cli.compat_flags import normalize_argv
+
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: the sub-command's usage, not the top level's
-        _deepest(parser, list(sys.argv[1:] if argv is None else argv)).error(
+        _deepest(parser, argv).error(
             "unrecognized arguments: " + " ".join(extra))
     func = getattr(args, "func", None)
     if func is None:
