@@ -379,3 +379,61 @@ def subprocess_cli(args: list[str], env: dict[str, str], cwd: Path) -> Any:
 
     return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True, timeout=180,
                           cwd=cwd, env={**os.environ, **env})
+
+
+@pytest.fixture(scope="module")
+def aws_fake(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.test_aws_support import fake_aws
+
+    with fake_aws(tmp_path_factory.mktemp("aws")) as c:
+        yield c
+
+
+@pytest.mark.anyio
+async def test_aws_keys_reach_run_instances(aws_fake: Any, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyPilot's aws.{vpc_name, labels, security_group_name, ssh_user, use_internal_ips,
+    remote_identity} in the user's config change what RunInstances asks moto for."""
+    from skyd.clouds.aws.cloud import AWSCloud
+    from skyd.clouds.base import ProvisionRequest
+    from skyd.clouds.offering import Offering
+    from tests.test_aws_support import REGION
+
+    monkeypatch.setenv("SKYD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SKYD_CONFIG_DIR", str(tmp_path / "config"))
+    for k, v in aws_fake.env.items():
+        monkeypatch.setenv(k, v)
+    ec2 = aws_fake.boto()
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": "skypilot-vpc"}])
+    aws_fake.boto("iam").create_instance_profile(InstanceProfileName="my-node-role")
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.1.0/24",
+                               AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+    cfg = _load(tmp_path, "aws:\n  vpc_name: skypilot-vpc\n  labels: {Owner: me, team: ml}\n"
+                          "  security_group_name: [{'aws-cfg*': shared-sg}]\n  ssh_user: admin\n"
+                          "  use_internal_ips: true\n  remote_identity: my-node-role\n")
+    off = Offering("aws", "m6i.large", None, 0, 2, 8, REGION, "use1-az1", 0.096, 0.03)
+    cloud = AWSCloud()
+    prov = cloud.provisioner()
+    prov.deploy_agents = False  # type: ignore[attr-defined]
+    try:
+        with config_active(cfg):
+            h = await prov.provision(ProvisionRequest("aws-cfg", 1, off, False, token="t",
+                                                      tag="aws-cfg-x1", labels=(("team", "task"),)),
+                                     lambda _m: None)
+        run = aws_fake.proxy.run_requests[-1]
+        assert run["NetworkInterface.1.SubnetId"] == subnet
+        assert run["NetworkInterface.1.AssociatePublicIpAddress"] == "false"
+        assert run["IamInstanceProfile.Name"] == "my-node-role"
+        tags = {run[k]: run[k.replace(".Key", ".Value")] for k in run
+                if k.startswith("TagSpecification.1.Tag.") and k.endswith(".Key")}
+        assert tags["Owner"] == "me" and tags["team"] == "task"  # the task's label wins
+        assert tags["skyd-ssh-user"] == "admin" and h.nodes[0].ssh["user"] == "admin"
+        assert h.nodes[0].ssh["host"] == h.nodes[0].internal_ip
+        sg = ec2.describe_security_groups(GroupIds=[h.extra["sg"]])["SecurityGroups"][0]
+        assert sg["GroupName"] == "shared-sg" and sg["VpcId"] == vpc
+        await prov.terminate(h, lambda _m: None)
+    finally:
+        await cloud.close()
+        for g in ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["shared-sg"]}])["SecurityGroups"]:
+            ec2.delete_security_group(GroupId=g["GroupId"])

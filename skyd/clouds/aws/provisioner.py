@@ -243,7 +243,9 @@ class AWSProvisioner(Provisioner):
             log(f"Created {len(made)} {kind} {off.instance_type} instance(s) in {zone}"
                 f" ({img.get('Name') or img['ImageId']})")
         ids = [str(i["InstanceId"]) for i in have]
-        insts = await instances.wait_running(ec2, tag, ids, where)
+        # aws.use_internal_ips: no public address is coming; the private one is enough
+        insts = await instances.wait_running(ec2, tag, ids, where,
+                                             public=not _config().get("use_internal_ips"))
         log(f"{len(insts)} instance(s) running in {zone}")
         nodes = [self._node(name, rank, i, ssh_user, str(priv), len(insts))
                  for rank, i in enumerate(insts)]
@@ -350,7 +352,8 @@ class AWSProvisioner(Provisioner):
             ids = [n.instance_id for n in handle.nodes]
             await instances.wait_state(ec2, handle.cluster_tag, ids, ("stopped", "running"))
             await ec2.start_instances(InstanceIds=ids)
-            insts = await instances.wait_running(ec2, handle.cluster_tag, ids, where)
+            insts = await instances.wait_running(ec2, handle.cluster_tag, ids, where,
+                                                 public=not _config().get("use_internal_ips"))
             by_id = {str(i["InstanceId"]): i for i in insts}
             await self._drop_transports(handle.nodes)
             for n in handle.nodes:  # addresses change across a stop
