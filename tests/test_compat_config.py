@@ -413,8 +413,8 @@ async def test_aws_keys_reach_run_instances(aws_fake: Any, tmp_path: Path,
                           "  security_group_name: [{'aws-cfg*': shared-sg}]\n  ssh_user: admin\n"
                           "  use_internal_ips: true\n  remote_identity: my-node-role\n")
     off = Offering("aws", "m6i.large", None, 0, 2, 8, REGION, "use1-az1", 0.096, 0.03)
-    cloud = AWSCloud()
-    prov = cloud.provisioner()
+    aws = AWSCloud()
+    prov = aws.provisioner()
     prov.deploy_agents = False  # type: ignore[attr-defined]
     try:
         with config_active(cfg):
@@ -434,6 +434,31 @@ async def test_aws_keys_reach_run_instances(aws_fake: Any, tmp_path: Path,
         assert sg["GroupName"] == "shared-sg" and sg["VpcId"] == vpc
         await prov.terminate(h, lambda _m: None)
     finally:
-        await cloud.close()
+        await aws.close()
         for g in ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["shared-sg"]}])["SecurityGroups"]:
             ec2.delete_security_group(GroupId=g["GroupId"])
+
+
+from tests.test_gcp_driver import cloud, gce, home  # noqa: E402,F401 - the fake Compute API's fixtures
+
+
+@pytest.mark.anyio
+async def test_gcp_keys_reach_the_instance_body(cloud: Any, gce: Any, tmp_path: Path) -> None:  # noqa: F811
+    """gcp.{vpc_name, labels, use_internal_ips} from the user's config, on the fake Compute API."""
+    from tests.test_gcp_driver import _req
+
+    cfg = _load(tmp_path, "gcp:\n  vpc_name: skypilot-vpc\n  labels: {owner: me, team: infra}\n"
+                          "  use_internal_ips: true\n")
+    prov = cloud.provisioner()
+    with config_active(cfg):
+        handle = await prov.provision(_req("gcfg", labels=(("team", "task"),)), lambda _m: None)
+    try:
+        body = gce.inserts[-1]
+        assert body["networkInterfaces"][0]["network"] == "global/networks/skypilot-vpc"
+        assert body["labels"]["owner"] == "me" and body["labels"]["team"] == "task"
+        (fw,) = gce.firewalls.values()
+        assert fw["network"].endswith("global/networks/skypilot-vpc")
+        node = handle.nodes[0]
+        assert node.ssh["host"] == node.internal_ip
+    finally:
+        await prov.terminate(handle, lambda _m: None)
