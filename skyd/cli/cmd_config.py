@@ -33,11 +33,10 @@ def run_show(args: argparse.Namespace) -> int:
     if args.task:
         from pathlib import Path
 
-        import yaml
-
+        from skyd.config.layers import safe_load_all
         from skyd.sdk.payloads import read_task_file
 
-        docs = [d for d in yaml.safe_load_all(read_task_file(Path(args.task), args.task))
+        docs = [d for d in safe_load_all(read_task_file(Path(args.task), args.task), args.task)
                 if isinstance(d, dict)]
         block = next((d["config"] for d in docs if isinstance(d.get("config"), dict)), None)
         cfg = cfg.with_task(block, f"{args.task} (config:)")

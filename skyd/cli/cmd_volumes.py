@@ -46,7 +46,10 @@ def _doc(args: argparse.Namespace) -> dict[str, Any]:
         from skyd.sdk.payloads import read_task_file
 
         try:
-            doc = yaml.safe_load(read_task_file(Path(args.yaml), args.yaml)) or {}
+            from skyd.config.layers import safe_load_all
+
+            docs = safe_load_all(read_task_file(Path(args.yaml), args.yaml), args.yaml)
+            doc = (docs[0] if docs else None) or {}
         except yaml.YAMLError as e:
             raise InvalidSpecError(f"{args.yaml} is not valid YAML: {e}") from None
     for key, v in (("name", args.name), ("infra", args.infra), ("type", args.vtype),

@@ -55,10 +55,39 @@ def _key_lines(node: Any, prefix: Path_, out: dict[Path_, int]) -> None:
                 _key_lines(v, p, out)
 
 
+def check_bounds(text: str, source: str) -> None:
+    """The task loader's guard (size, depth, alias expansion: a "billion laughs" is ~400
+    bytes) run on any YAML text before it is composed."""
+    from skyd.models.loader import _check_bounds  # the one guard, shared
+
+    _check_bounds(text, source)
+
+
+def safe_load_all(text: str, source: str) -> list[Any]:
+    """YAML documents of untrusted text, bounded as the task loader bounds them."""
+    import yaml
+
+    try:
+        check_bounds(text, source)
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InvalidSpecError(f"invalid YAML in {source}: {getattr(e, 'problem', None) or e}",
+                               line=mark.line + 1 if mark is not None else None,
+                               hint="check indentation, quoting and ':' spacing near that line"
+                               ) from None
+
+
 def parse_text(text: str, source: str, kind: str) -> Layer:
     """A YAML mapping (or nothing) -> Layer; anything else is a ConfigError."""
     import yaml
 
+    try:
+        check_bounds(text, source)
+    except InvalidSpecError as e:
+        raise ConfigError(e.message, line=e.line, hint=e.hint) from None
+    except yaml.YAMLError:
+        pass  # reported below with its line
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

@@ -30,12 +30,10 @@ def _task_config(payload: dict[str, Any]) -> dict[str, Any] | None:
     text = payload.get("yaml")
     if not isinstance(text, str) or "config" not in text:
         return None
-    import yaml
+    from skyd.config.layers import safe_load_all
 
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    except yaml.YAMLError:
-        return None  # the task loader reports it, with its line
+    docs = [d for d in safe_load_all(text, str(payload.get("yaml_path") or "<inline>"))
+            if isinstance(d, dict)]
     for d in docs:
         if isinstance(d.get("config"), dict):
             return dict(d["config"])

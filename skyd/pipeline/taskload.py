@@ -72,8 +72,10 @@ def _with_policy(text: str, payload: dict[str, Any]) -> tuple[str, Any]:
     import yaml
 
     from skyd.config import policy
+    from skyd.config.layers import safe_load_all
 
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    docs = [d for d in safe_load_all(text, str(payload.get("yaml_path") or "<inline>"))
+            if d is not None]
     head = docs[:1] if len(docs) > 1 and isinstance(docs[0], dict) and set(docs[0]) == {"name"} else []
     body = [d for d in docs[len(head):] if isinstance(d, dict)]
     name = "serve.up" if any("service" in d for d in body) else (
