@@ -113,10 +113,13 @@ def _dest(flag: str) -> str:
     return "compat_" + flag.lstrip("-").replace("-", "_")
 
 
-def install(parser: argparse.ArgumentParser) -> None:
+def install(parser: argparse.ArgumentParser, only: str | None = None) -> None:
     """Add each SkyPilot flag of the table a skyd command lacks, as accepted (documented
-    meaning) or refused (exit 2 naming it) — see ACCEPTED / REFUSED."""
+    meaning) or refused (exit 2 naming it) — see ACCEPTED / REFUSED. ``only``: just the
+    commands under this top-level word (what one CLI run parses)."""
     for path, flags in SKYPILOT_FLAGS.items():
+        if only is not None and path.split()[0] != only:
+            continue
         sp = _walk(parser, path.split())
         if sp is None:
             continue

@@ -15,7 +15,9 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, max_help_position=32)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``argv``, SkyPilot's compatibility flags are added only to the
+    command it names (each CLI run builds what it parses)."""
     from skyd import __version__
     from skyd.cli.commands import COMMAND_MODULES
 
@@ -32,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(name).register(sub)
     from skyd.cli import compat_flags
 
-    compat_flags.install(parser)  # SkyPilot's flags skyd lacks: accepted or refused by name
+    # SkyPilot's flags skyd lacks: accepted or refused by name
+    compat_flags.install(parser, only=next((a for a in argv if not a.startswith("-")), "")
+                         if argv is not None else None)
     return parser
 
 
@@ -50,10 +54,10 @@ def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argum
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     from skyd.cli.compat_flags import normalize_argv
 
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # an unknown flag: the sub-command's usage, not the top level's
         _deepest(parser, argv).error(
