@@ -33,6 +33,10 @@ def test_task_and_resources_build_skypilots_yaml(tmp_path: Path) -> None:
     assert len(task.to_yaml_config()["resources"]["any_of"]) == 2
     task.set_resources([sky.Resources(infra="gcp"), sky.Resources(infra="aws")])
     assert [x["infra"] for x in task.to_yaml_config()["resources"]["ordered"]] == ["gcp", "aws"]
+    # older SkyPilot docs: cloud objects, status enums
+    r2 = sky.Resources(cloud=sky.AWS(), accelerators="V100")
+    assert r2.to_yaml_config() == {"infra": "aws", "accelerators": "V100"}
+    assert {"status": "UP"}["status"] == sky.ClusterStatus.UP
     f = tmp_path / "t.yaml"
     f.write_text("name: fromfile\nresources:\n  cpus: 2+\nrun: echo x\n")
     t2 = sky.Task.from_yaml(str(f))

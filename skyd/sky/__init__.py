@@ -37,9 +37,28 @@ from skyd.sky.api import (
     stream_and_get,
     tail_logs,
 )
+from skyd.sky.clouds import (
+    AWS,
+    DO,
+    GCP,
+    OCI,
+    SSH,
+    Azure,
+    ClusterStatus,
+    JobStatus,
+    Kubernetes,
+    Lambda,
+    ManagedJobStatus,
+    Nebius,
+    RunPod,
+    Slurm,
+    Vast,
+)
 from skyd.sky.task import Dag, Resources, Task
 
 __all__ = [
+    "AWS", "DO", "GCP", "OCI", "SSH", "Azure", "ClusterStatus", "JobStatus", "Kubernetes",
+    "Lambda", "ManagedJobStatus", "Nebius", "RunPod", "Slurm", "Vast",
     "AdminPolicy", "Config", "Dag", "MutatedUserRequest", "PolicyInterface",
     "RequestOptions", "Resources", "Task", "UserRequest", "api_cancel", "api_status",
     "autostop", "cancel", "down", "exec", "get", "jobs", "launch", "optimize", "queue",

@@ -27,6 +27,7 @@ class Resources:
             raise TypeError(f"Resources() got an unexpected keyword argument {unknown[0]!r} "
                             f"(SkyPilot's arguments: {', '.join(RESOURCE_ARGS)})")
         cloud = kwargs.pop("cloud", None)
+        cloud = str(cloud) if cloud is not None else None  # "aws" or sky.AWS()
         region, zone = kwargs.pop("region", None), kwargs.pop("zone", None)
         if cloud is not None and kwargs.get("infra") is None:
             kwargs["infra"] = "/".join(str(x) for x in (cloud, region, zone) if x)
