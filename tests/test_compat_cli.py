@@ -60,7 +60,7 @@ def test_an_unknown_flag_prints_the_subcommands_usage(argv: list[str], usage: st
 @pytest.mark.parametrize("argv,flag", [
     (["launch", "--workspace", "team", "t.yaml"], "--workspace"),
     (["launch", "--docker", "t.yaml"], "--docker"),
-    (["jobs", "queue", "--since", "2h"], "--since"),
+    (["jobs", "queue", "--infra", "aws"], "--infra"),
     (["jobs", "pool", "apply", "p.yaml", "-p", "p", "--gpus", "A100"], "--gpus"),
 ])
 def test_a_refused_skypilot_flag_names_itself_and_exits_2(skyd_home: Path, argv: list[str], flag: str) -> None:
@@ -98,6 +98,16 @@ def test_skypilot_command_lines_parse_to_the_same_request(tmp_path: Path, monkey
     assert build_parser().parse_args(["show-gpus", "-a"]).show_all is True
     a = build_parser().parse_args(["logs", "-s", "c", "1", "2"])
     assert a.sync_down and a.job_ids == [1, 2]
+    # sky jobs queue --since 48h / --after 2026-01-01
+    from skyd.cli.compat_flags import filter_by_time
+
+    a = build_parser().parse_args(["jobs", "queue", "--since", "48h"])
+    import time
+
+    rows = [{"id": 1, "submitted_at": time.time() - 3 * 86400}, {"id": 2, "submitted_at": time.time()}]
+    assert [r["id"] for r in filter_by_time(rows, a)] == [2]
+    a = build_parser().parse_args(["jobs", "queue", "--before", "1"])
+    assert filter_by_time(rows, a) == []
 
 
 @pytest.fixture
@@ -226,6 +236,8 @@ def test_show_gpus_default_is_a_summary_and_a_is_every_offering(skyd_home: Path)
     full = cli("show-gpus", "-a").stdout
     assert "AVAILABLE_QUANTITIES" in short and "INSTANCE_TYPE" not in short
     assert "INSTANCE_TYPE" in full and len(full.splitlines()) > len(short.splitlines())
+    rows = json.loads(cli("show-gpus", "A100:8", "--region", "us-east-1", "-o", "json").stdout)
+    assert rows and {r["region"] for r in rows} == {"us-east-1"}
 
 
 @pytest.fixture

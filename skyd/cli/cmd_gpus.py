@@ -18,6 +18,7 @@ def _add_list_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--infra", "--cloud", dest="infra", help="only this cloud")
     p.add_argument("--all-regions", action="store_true",
                    help="every region (default: the cheapest per cloud)")
+    p.add_argument("--region", help="only this region")
     p.add_argument("-a", "--all", dest="show_all", action="store_true",
                    help="details of every accelerator offering (as sky show-gpus -a); "
                         "without it and without NAME, a summary per accelerator")
@@ -64,8 +65,10 @@ def run_list(args: argparse.Namespace) -> int:
         name, _, cnt = args.accelerator.partition(":")
         count = float(cnt) if cnt else None
     cat = load_catalog()
-    rows = gpu_listing(cat, name, count, cloud=args.infra, all_regions=args.all_regions,
-                       enabled=_enabled(cat))
+    rows = gpu_listing(cat, name, count, cloud=args.infra,
+                       all_regions=args.all_regions or bool(args.region), enabled=_enabled(cat))
+    if args.region:
+        rows = [r for r in rows if r.get("region") == args.region]
     if args.output == "json":
         from skyd.cli.output import print_json
 

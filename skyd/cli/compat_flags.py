@@ -284,3 +284,56 @@ def sync_down_logs(client: Any, cluster: str, job_ids: list[int], node: int | No
                 f.write(chunk)
         sys.stdout.write(f"Job {jid} logs: {target}\n")
     return 0
+
+
+def add_time_filters(p: argparse.ArgumentParser) -> None:
+    """``jobs queue --since 48h | --after T | --before T`` (SkyPilot's)."""
+    p.add_argument("--since", metavar="AGE", help="submitted within AGE (30m, 48h, 7d, 2w; a bare number is seconds)")
+    p.add_argument("--after", metavar="TIME", help="submitted after TIME (ISO date/time, or epoch seconds)")
+    p.add_argument("--before", metavar="TIME", help="submitted before TIME (ISO date/time, or epoch seconds)")
+
+
+def _age_s(text: str) -> float:
+    import re
+
+    from skyd.errors import InvalidSpecError
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
+    if not m:
+        raise InvalidSpecError(f"--since {text!r}: not an age", field="--since",
+                               hint="e.g. 30m, 48h, 7d, 2w (a bare number is seconds)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+
+
+def _when(text: str, flag: str) -> float:
+    from datetime import datetime
+
+    from skyd.errors import InvalidSpecError
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise InvalidSpecError(f"{flag} {text!r}: not a time", field=flag,
+                               hint="an ISO date or date-time (2026-01-31, 2026-01-31T12:00) or epoch seconds") from None
+
+
+def filter_by_time(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    import time
+
+    from skyd.errors import InvalidSpecError
+
+    since, after, before = (getattr(args, k, None) for k in ("since", "after", "before"))
+    if since and after:
+        raise InvalidSpecError("--since and --after cannot be used together", field="--since")
+    lo = time.time() - _age_s(since) if since else (_when(after, "--after") if after else None)
+    hi = _when(before, "--before") if before else None
+
+    def keep(r: dict[str, Any]) -> bool:
+        t = float(r.get("submitted_at") or 0)
+        return (lo is None or t >= lo) and (hi is None or t <= hi)
+
+    return [r for r in rows if keep(r)] if lo is not None or hi is not None else rows

@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     q.add_argument("-l", "--limit", type=int, metavar="N", help="the N newest jobs only")
     q.add_argument("-a", "--all", dest="limit", action="store_const", const=None,
                    help="every job (the default)")
+    from skyd.cli.compat_flags import add_time_filters
+
+    add_time_filters(q)
     q.set_defaults(func=run_queue)
 
     c = js.add_parser("cancel", help="cancel managed jobs")
@@ -259,6 +262,9 @@ def run_queue(args: argparse.Namespace) -> int:
     if args.status:
         params["status"] = args.status
     rows = get_client().get("/v1/jobs", params)
+    from skyd.cli.compat_flags import filter_by_time
+
+    rows = filter_by_time(rows, args)
     if getattr(args, "limit", None) is not None:  # newest first: the first N
         rows = rows[: max(0, args.limit)]
     if args.output == "json":
