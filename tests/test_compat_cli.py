@@ -229,6 +229,12 @@ def test_jobs_logs_without_an_id_and_jobs_launch_overrides(daemon: Any, tmp_path
     assert r.returncode == 0 and "managed-output" in r.stdout
     r = cli("jobs", "logs", "-n", "nosuchjob", "--no-follow")
     assert r.returncode != 0 and "nosuchjob" in r.stderr
+    # sky jobs launch --async: the request id, at once
+    r = cli("jobs", "launch", "-y", "--async", "-n", "later", "echo later", timeout=60)
+    rid = r.stdout.strip()
+    assert r.returncode == 0 and rid and " " not in rid, r.stdout
+    r = cli("requests", "get", rid)
+    assert r.returncode == 0 and "jobs.launch" in r.stdout
 
 
 def test_show_gpus_default_is_a_summary_and_a_is_every_offering(skyd_home: Path) -> None:

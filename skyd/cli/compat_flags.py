@@ -52,6 +52,9 @@ def add_task_flags(p: argparse.ArgumentParser, *, env: bool = False, secrets: bo
                        help="set (override) a task env var; KEY alone takes it from your environment")
     p.add_argument("--env-file", action="append", default=[], metavar="FILE",
                    help="dotenv file of KEY=VAL lines")
+    p.add_argument("--async", dest="async_", action="store_true",
+                   help="print the request id and return at once (skyd requests logs ID follows it)")
+    p.add_argument("--no-async", dest="async_", action="store_false", help=argparse.SUPPRESS)
     if secrets:
         from skyd.cli.secret_flags import add_secret_flags
 
@@ -337,3 +340,11 @@ def filter_by_time(rows: list[dict[str, Any]], args: argparse.Namespace) -> list
         return (lo is None or t >= lo) and (hi is None or t <= hi)
 
     return [r for r in rows if keep(r)] if lo is not None or hi is not None else rows
+
+
+def print_async(args: argparse.Namespace, rid: str) -> bool:
+    """``--async``: print the request id (and return True: the caller is done)."""
+    if not getattr(args, "async_", False):
+        return False
+    print(rid)
+    return True

@@ -217,6 +217,10 @@ def run_launch(args: argparse.Namespace) -> int:
 
     client = get_client()
     rid = client.submit("jobs.launch", launch_payload(args))
+    from skyd.cli.compat_flags import print_async
+
+    if print_async(args, rid):
+        return 0
     result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
     job_id = int(result["job_id"])
     ids = [int(i) for i in result.get("job_ids") or [job_id]]

@@ -80,7 +80,11 @@ def run_up(args: argparse.Namespace) -> int:
     }  # fmt: skip
     client = get_client()
     rid = client.submit("serve.up", payload)
+    from skyd.cli.compat_flags import print_async
     from skyd.jobs.cli import _wait
+
+    if print_async(args, rid):
+        return 0
 
     out = _wait(client, rid)
     if args.output == "json":
@@ -98,7 +102,7 @@ def run_update(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skyd.cli.client import get_client
-    from skyd.cli.compat_flags import task_flags_payload
+    from skyd.cli.compat_flags import print_async, task_flags_payload
     from skyd.jobs.cli import _wait
     from skyd.sdk.payloads import config_sources, read_task_file
 
@@ -109,7 +113,10 @@ def run_update(args: argparse.Namespace) -> int:
         "mode": args.mode, "config": config_sources(args.config), **task_flags_payload(args),
     }  # fmt: skip
     client = get_client()
-    out = _wait(client, client.submit("serve.update", payload))
+    rid = client.submit("serve.update", payload)
+    if print_async(args, rid):
+        return 0
+    out = _wait(client, rid)
     sys.stdout.write(f"Service {out['name']}: updating to version {out['version']} "
                      f"({args.mode}); watch with `skyd serve status {out['name']}`\n")
     return 0
