@@ -134,6 +134,8 @@ def test_exec_c_logs_sync_down_and_fast(daemon: Any, tmp_path: Path) -> None:
     paths = [line.split(": ", 1)[1] for line in r.stdout.splitlines() if line.startswith("Job ")]
     assert len(paths) == 2
     assert "first-job" in Path(paths[0]).read_text() and "second-job" in Path(paths[1]).read_text()
+    r = cli("logs", "cx", "--provision")
+    assert r.returncode == 0 and "Provisioned" in r.stdout + r.stderr, r.stdout
     # launch --fast on an UP cluster skips setup
     r = cli("launch", "-y", "--fast", "-c", "cx", str(f), timeout=120)
     assert r.returncode == 0 and "SETUP-RAN" not in r.stdout + r.stderr, r.stdout

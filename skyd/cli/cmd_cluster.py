@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="job id (default: the latest); several with --sync-down")
     lg.add_argument("-s", "--sync-down", action="store_true",
                     help="download the jobs' logs to this machine and print where")
+    lg.add_argument("--provision", action="store_true",
+                    help="the cluster's provisioning log (its latest launch request's)")
     lg.add_argument("--follow", dest="follow", action="store_true", default=True)
     lg.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     lg.add_argument("--tail", type=int, default=0, help="last N lines only")
@@ -186,6 +188,10 @@ def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.compat_flags import logs_job_id, sync_down_logs
 
     client = get_client()
+    if args.provision:
+        from skyd.cli.compat_flags import provision_log
+
+        return provision_log(client, args.cluster)
     if args.sync_down:
         return sync_down_logs(client, args.cluster, args.job_ids, node=args.node)
     args.job_id = logs_job_id(args.job_ids)

@@ -348,3 +348,19 @@ def print_async(args: argparse.Namespace, rid: str) -> bool:
         return False
     print(rid)
     return True
+
+
+def provision_log(client: Any, cluster: str) -> int:
+    """``logs --provision``: the events of the cluster's latest launch request (stages,
+    provider messages, failover), as ``skyd requests logs`` shows them."""
+    from skyd.cli.progress import render_events
+    from skyd.errors import NotFoundError
+
+    rows = [r for r in client.get("/v1/requests", {"verb": "launch", "limit": 1000})
+            if r.get("cluster_name") == cluster]
+    if not rows:
+        raise NotFoundError(f"no launch of cluster {cluster!r} is on record",
+                            hint="skyd requests ls lists the requests the daemon keeps")
+    latest = max(rows, key=lambda r: float(r.get("created_at") or 0))
+    render_events(client.events(str(latest["id"]), False), tty=False)
+    return 0

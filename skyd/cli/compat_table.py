@@ -213,7 +213,6 @@ REFUSED: dict[str, str] = {
                 "image_id: docker:<image> to run the task in a container",
     "--graceful": "not offered: skyd ends a cluster's jobs when it stops or goes down",
     "--graceful-timeout": "not offered: skyd ends a cluster's jobs when it stops or goes down",
-    "--provision": "the provisioning log is the request's: `skyd requests logs REQUEST_ID`",
     "--hook": "lifecycle hooks are not run by skyd",
     "--autostop": "autostop events are in the cluster's status (`skyd status`)",
     "--job-group": "job groups (execution: parallel) are not run by managed jobs yet",
