@@ -229,6 +229,8 @@ def test_jobs_logs_without_an_id_and_jobs_launch_overrides(daemon: Any, tmp_path
     assert r.returncode == 0, r.stderr
     r = cli("jobs", "logs", "--no-follow")
     assert r.returncode == 0 and "managed-output" in r.stdout
+    r = cli("jobs", "logs", "-n", "lastjob", "--sync-down")
+    assert r.returncode == 0 and "managed-output" in Path(r.stdout.split(": ", 1)[1].strip()).read_text()
     r = cli("jobs", "logs", "-n", "nosuchjob", "--no-follow")
     assert r.returncode != 0 and "nosuchjob" in r.stderr
     # sky jobs launch --async: the request id, at once

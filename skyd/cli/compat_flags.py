@@ -364,3 +364,21 @@ def provision_log(client: Any, cluster: str) -> int:
     latest = max(rows, key=lambda r: float(r.get("created_at") or 0))
     render_events(client.events(str(latest["id"]), False), tty=False)
     return 0
+
+
+def sync_down_managed(client: Any, job_id: int, *, controller: bool = False) -> int:
+    """``jobs logs --sync-down``: the managed job's log (as it is now) written under
+    ``$SKYD_HOME/logs/sync/jobs/``; the path is printed."""
+    import sys
+
+    from skyd import paths
+
+    out_dir = paths.logs_dir() / "sync" / "jobs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / (f"job-{job_id}-controller.log" if controller else f"job-{job_id}.log")
+    params = {"follow": 0, "controller": 1 if controller else 0}
+    with open(target, "w") as f:
+        for item in client.stream_ndjson(f"/v1/jobs/{int(job_id)}/logs", params):
+            f.write(str(item.get("text", "")))
+    sys.stdout.write(f"Managed job {job_id} logs: {target}\n")
+    return 0

@@ -221,7 +221,7 @@ REFUSED: dict[str, str] = {
     "--pool": "cancel a pool's jobs with `skyd jobs pool down POOL`",
     "--replica-id": "replicas are scaled by the service spec (skyd serve update)",
     "--infra": "filter with -o json (each row names its infra)",
-    "--sync-down": "redirect the output instead: skyd ... logs ... --no-follow > FILE",
+    "--sync-down": "not offered by this verb: redirect the output (... logs NAME --no-follow > FILE)",
     "--tail": "not offered by this verb; `skyd logs CLUSTER --tail N` has it",
     "--force": "not offered: `skyd start` restarts what is stopped",
     "--days": "skyd's cost report covers every cluster it knows",

@@ -62,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg.add_argument("id", type=int, nargs="?", metavar="ID",
                     help="the job (default: the latest one, of --name when given)")
     lg.add_argument("-n", "--name", help="the latest job of this name")
+    lg.add_argument("-s", "--sync-down", action="store_true",
+                    help="write the job's log to a file on this machine and print where")
     lg.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     lg.add_argument("--controller", action="store_true", help="the controller's log instead")
     lg.set_defaults(func=run_logs)
@@ -316,6 +318,10 @@ def run_logs(args: argparse.Namespace) -> int:
 
     client = get_client()
     job_id = args.id if args.id is not None else latest_managed_job(client, args.name)
+    if args.sync_down:
+        from skyd.cli.compat_flags import sync_down_managed
+
+        return sync_down_managed(client, job_id, controller=args.controller)
     return _print_logs(client, job_id, follow=not args.no_follow, controller=args.controller)
 
 
