@@ -103,6 +103,11 @@ def test_the_documented_config_loads_and_only_what_skyd_ignores_is_reported(
     assert len(ignored) == len(set(ignored))
     # nvidia_gpus.disable_ecc: false is set (not null): honoured, not reported
     assert "nvidia_gpus.disable_ecc" not in ignored
+    # a value of an honoured key that skyd does not offer is said too
+    from skyd.clouds.config_support import warning_lines
+
+    lines = warning_lines(_load(tmp_path, "kubernetes:\n  ports: ingress\n"))
+    assert len(lines) == 1 and "ingress" in lines[0] and "user.yaml:2" in lines[0]
 
 
 @pytest.mark.parametrize("text,key,line", [

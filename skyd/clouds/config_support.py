@@ -60,7 +60,19 @@ def unsupported(cfg: Any) -> list[str]:
     return sorted(out)
 
 
+#: Values of honoured keys that skyd does not offer: (key path, value) -> what happens.
+UNSUPPORTED_VALUES: dict[tuple[tuple[str, ...], str], str] = {
+    (("kubernetes", "ports"), "ingress"): "an ingress controller is not managed by skyd: "
+                                          "ports get a ClusterIP service",
+}
+
+
 def warning_lines(cfg: Any) -> list[str]:
-    """One line per key skyd does not act on (empty when all are honoured)."""
-    return [f"warning: config key {k} ({cfg.origin.get(tuple(k.split('.')), 'config')}) "
-            "is not supported by skyd and is ignored" for k in unsupported(cfg)]
+    """One line per key skyd does not act on (empty when all are honoured), and one per
+    value of an honoured key that skyd does not offer."""
+    out = [f"warning: config key {k} ({cfg.origin.get(tuple(k.split('.')), 'config')}) "
+           "is not supported by skyd and is ignored" for k in unsupported(cfg)]
+    for (path, value), what in UNSUPPORTED_VALUES.items():
+        if str(cfg.get(*path) or "").lower() == value:
+            out.append(f"warning: config {'.'.join(path)}: {value} ({cfg.origin.get(path, 'config')}): {what}")
+    return out
