@@ -66,6 +66,11 @@ def skyd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.setenv("SKYD_SOCKET", str(sockdir / "s.sock"))
     monkeypatch.setenv("SKYD_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.delenv("SKYD_CATALOG_DIR", raising=False)
+    # SkyPilot's config layers (skyd.config): never the developer's ~/.sky/config.yaml
+    (tmp_path / "sky-config.yaml").write_text("")
+    monkeypatch.setenv("SKYPILOT_GLOBAL_CONFIG", str(tmp_path / "sky-config.yaml"))
+    monkeypatch.delenv("SKYPILOT_CONFIG", raising=False)
+    monkeypatch.delenv("SKYPILOT_PROJECT_CONFIG", raising=False)
     yield home
     try:
         for p in sockdir.iterdir():

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         p = sub.add_parser(verb, help=helptext, description=helptext.capitalize() + ".")
         _targets(p)
         p.set_defaults(func=run_simple, verb=verb)
+        from skyd.cli.compat_flags import add_cluster_verb_flags
+
+        add_cluster_verb_flags(p, verb)
 
     a = sub.add_parser("autostop", help="set or cancel a cluster's autostop",
                        description="Stop (or tear down) clusters after they sit idle.")
@@ -49,12 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     lg = sub.add_parser("logs", help="stream a job's log")
     lg.add_argument("cluster")
-    lg.add_argument("job_id", nargs="?", type=int, help="job id (default: the latest)")
+    lg.add_argument("job_ids", nargs="*", type=int, metavar="JOB_ID",
+                    help="job id (default: the latest); several with --sync-down")
+    lg.add_argument("-s", "--sync-down", action="store_true",
+                    help="download the jobs' logs to this machine and print where")
+    lg.add_argument("--provision", action="store_true",
+                    help="the cluster's provisioning log (its latest launch request's)")
     lg.add_argument("--follow", dest="follow", action="store_true", default=True)
     lg.add_argument("--no-follow", dest="follow", action="store_false", help="print and exit")
     lg.add_argument("--tail", type=int, default=0, help="last N lines only")
     lg.add_argument("--status", action="store_true", help="print the job's status; exit 0 iff SUCCEEDED")
-    lg.add_argument("--node", type=int, help="one node's log (multi-node jobs)")
+    lg.add_argument("--node", "-w", "--worker", dest="node", type=int,
+                    help="one node's log (multi-node jobs; SkyPilot's -w/--worker)")
     lg.set_defaults(func=run_logs)
 
     cr = sub.add_parser("cost-report", help="estimated cost of clusters, live and torn down")
@@ -109,11 +118,14 @@ def _confirmed(args: argparse.Namespace) -> bool:
 
 
 def run_simple(args: argparse.Namespace) -> int:
-    payload = _names(args)
+    from skyd.cli.compat_flags import after_start, cluster_verb_payload
+
+    payload = {**_names(args), **cluster_verb_payload(args)}
     if not _confirmed(args):
         print("Aborted.", file=sys.stderr)
         return 1
     _submit(args.verb, payload, args)
+    after_start(args, _submit)
     return 0
 
 
@@ -173,8 +185,16 @@ def run_queue(args: argparse.Namespace) -> int:
 
 def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.cli.compat_flags import logs_job_id, sync_down_logs
 
     client = get_client()
+    if args.provision:
+        from skyd.cli.compat_flags import provision_log
+
+        return provision_log(client, args.cluster)
+    if args.sync_down:
+        return sync_down_logs(client, args.cluster, args.job_ids, node=args.node)
+    args.job_id = logs_job_id(args.job_ids)
     from urllib.parse import quote
 
     path = f"/v1/clusters/{quote(args.cluster, safe='')}/" + (

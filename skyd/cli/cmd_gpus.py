@@ -16,8 +16,12 @@ def _add_list_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("accelerator", nargs="?", metavar="NAME[:COUNT]",
                    help="e.g. MI300X or H100:8 (default: every accelerator)")
     p.add_argument("--infra", "--cloud", dest="infra", help="only this cloud")
-    p.add_argument("-a", "--all-regions", action="store_true",
+    p.add_argument("--all-regions", action="store_true",
                    help="every region (default: the cheapest per cloud)")
+    p.add_argument("--region", help="only this region")
+    p.add_argument("-a", "--all", dest="show_all", action="store_true",
+                   help="details of every accelerator offering (as sky show-gpus -a); "
+                        "without it and without NAME, a summary per accelerator")
     add_output_flag(p)
     p.set_defaults(func=run_list)
 
@@ -61,14 +65,19 @@ def run_list(args: argparse.Namespace) -> int:
         name, _, cnt = args.accelerator.partition(":")
         count = float(cnt) if cnt else None
     cat = load_catalog()
-    rows = gpu_listing(cat, name, count, cloud=args.infra, all_regions=args.all_regions,
-                       enabled=_enabled(cat))
+    rows = gpu_listing(cat, name, count, cloud=args.infra,
+                       all_regions=args.all_regions or bool(args.region), enabled=_enabled(cat))
+    if args.region:
+        rows = [r for r in rows if r.get("region") == args.region]
     if args.output == "json":
         from skyd.cli.output import print_json
 
         print_json(rows)
         return 0
     from skyd.cli.output import duration, print_table
+
+    if not args.accelerator and not args.show_all:
+        return _summary(rows)
 
     def price(v: Any) -> str:
         return "-" if v in (None, "") else f"$ {float(v):.2f}"
@@ -95,6 +104,20 @@ def run_list(args: argparse.Namespace) -> int:
                       for c, a in sorted(ages.items()))
     print("\n* not enabled for launching (catalog only, or no credentials)."
           + (f"\nCatalog age: {stale}." if stale else ""))
+    return 0
+
+
+def _summary(rows: list[dict[str, Any]]) -> int:
+    """SkyPilot's default show-gpus view: each accelerator and the counts offered."""
+    from skyd.cli.output import print_table
+
+    by: dict[str, set[float]] = {}
+    for r in rows:
+        by.setdefault(str(r["accelerator"]), set()).add(float(r["count"]))
+    print_table([{"gpu": k, "qty": ", ".join(f"{c:g}" for c in sorted(v))}
+                 for k, v in sorted(by.items())],
+                [("GPU", "gpu"), ("AVAILABLE_QUANTITIES", "qty")], empty="No accelerators.")
+    print("\nDetails of every offering: skyd show-gpus -a; of one: skyd show-gpus NAME[:COUNT]")
     return 0
 
 

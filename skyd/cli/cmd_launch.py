@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from skyd.cli.cmd_validate import add_env_flags, collect_env
+from skyd.cli.compat_flags import add_config_flag, add_git_flags, add_tier_flags
 from skyd.cli.output import add_output_flag
 from skyd.cli.secret_flags import add_secret_flags, collect_secrets
 
@@ -27,12 +28,15 @@ def _add_resource_flags(p: argparse.ArgumentParser) -> None:
                    help="use spot instances")
     g.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand")
     g.add_argument("--disk-size", type=int, dest="disk_size", help="disk size in GB")
+    add_tier_flags(g)
+    add_git_flags(g)
     g.add_argument("--image-id", dest="image_id", help="image (docker:<img> for containers)")
     g.add_argument("--ports", action="append", help="ports to open (repeatable)")
     g.add_argument("--workdir", help="directory synced to the nodes (the job's cwd)")
     g.add_argument("--name", "-n", dest="task_name", help="task name")
     add_env_flags(p)
     add_secret_flags(p)
+    add_config_flag(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -57,14 +61,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="optimizer objective (default: cost)")
     p.add_argument("--async", dest="async_", action="store_true",
                    help="print the request id and return at once")
+    p.add_argument("--fast", action="store_true",
+                   help="on a cluster that is already UP, skip setup (as sky launch --fast)")
     _add_resource_flags(p)
     add_output_flag(p)
     p.set_defaults(func=run_launch)
 
     e = sub.add_parser("exec", help="run a task on an existing cluster (skips setup)",
                        description="Sync the workdir and run a task or command on an UP cluster.")
-    e.add_argument("cluster", help="cluster name")
+    e.add_argument("cluster", help="cluster name (or -c CLUSTER, as sky exec -c)")
     e.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND")
+    e.add_argument("-c", "--cluster", dest="cluster_opt", metavar="CLUSTER",
+                   help="the cluster (as sky exec -c; same as the positional CLUSTER)")
     e.add_argument("-d", "--detach-run", action="store_true", help="don't stream the job's log")
     e.add_argument("--async", dest="async_", action="store_true",
                    help="print the request id and return at once")
@@ -82,6 +90,14 @@ def _entry(parts: list[str]) -> dict[str, Any]:
     return task_source(command=" ".join(parts))
 
 
+def _fast_skip_setup(args: argparse.Namespace) -> bool:
+    if not args.fast or not args.cluster:
+        return False
+    from skyd.cli.compat_flags import cluster_is_up
+
+    return cluster_is_up(args.cluster)
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     infra = args.infra
     if not infra and (args.cloud or args.region or args.zone):
@@ -91,6 +107,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "instance_type": args.instance_type, "num_nodes": args.num_nodes,
         "use_spot": args.use_spot, "disk_size": args.disk_size, "image_id": args.image_id,
         "ports": args.ports, "name": args.task_name, "workdir": args.workdir,
+        "disk_tier": args.disk_tier, "network_tier": args.network_tier,
+        "git_url": args.git_url, "git_ref": args.git_ref,
     }
 
 
@@ -138,8 +156,9 @@ def run_launch(args: argparse.Namespace) -> int:
         _entry(args.entrypoint), env=collect_env(args), secrets=collect_secrets(args),
         cluster_name=args.cluster,
         dryrun=args.dryrun, detach_run=args.detach_run, idle_minutes=args.idle_minutes,
-        down=args.down, no_setup=args.no_setup, retry_until_up=args.retry_until_up,
-        minimize=args.minimize, **_overrides(args),
+        down=args.down, no_setup=args.no_setup or _fast_skip_setup(args),
+        retry_until_up=args.retry_until_up,
+        minimize=args.minimize, config=args.config, **_overrides(args),
     )
     client = get_client()
     proceed, plan_shown = _confirmed(client, payload, args)
@@ -181,6 +200,6 @@ def run_exec(args: argparse.Namespace) -> int:
 
     payload = exec_payload(_entry(args.entrypoint), env=collect_env(args),
                            secrets=collect_secrets(args), cluster_name=args.cluster, detach_run=args.detach_run,
-                           **_overrides(args))
+                           config=args.config, **_overrides(args))
     client = get_client()
     return _finish(client, client.submit("exec", payload), args)

@@ -30,6 +30,9 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_ssh",
     "skyd.cli.cmd_shell",
     "skyd.cli.cmd_storage",
+    "skyd.cli.cmd_config",
+    "skyd.cli.cmd_debug",
+    "skyd.cli.cmd_volumes",
     "skyd.jobs.cli",
     "skyd.serve.cli",
 ]

@@ -15,7 +15,9 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, max_help_position=32)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``argv``, SkyPilot's compatibility flags are added only to the
+    command it names (each CLI run builds what it parses)."""
     from skyd import __version__
     from skyd.cli.commands import COMMAND_MODULES
 
@@ -30,18 +32,45 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    from skyd.cli import compat_flags
+
+    # SkyPilot's flags skyd lacks: accepted or refused by name
+    compat_flags.install(parser, only=next((a for a in argv if not a.startswith("-")), "")
+                         if argv is not None else None)
     return parser
 
 
+def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub-)command parser the words of argv lead to (for its usage on an error)."""
+    cur = parser
+    for word in argv:
+        nxt = None
+        for a in cur._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                nxt = a.choices.get(word)
+        if nxt is not None:
+            cur = nxt
+    return cur
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from skyd.cli.compat_flags import normalize_argv
+
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # an unknown flag: the sub-command's usage, not the top level's
+        _deepest(parser, argv).error(
+            "unrecognized arguments: " + " ".join(extra))
     func = getattr(args, "func", None)
     if func is None:
         # A command group without its subcommand prints the group's help.
         (getattr(args, "_parser", None) or parser).print_help()
         return 0
     try:
+        from skyd.cli import compat_flags
+
+        compat_flags.check(args)
         rc = func(args)
         return int(rc or 0)
     except SkydError as e:

@@ -234,6 +234,9 @@ class Cloud(ABC):
     #: features this infra does not support (keys of FEATURE_FIELDS), checked before
     #: provisioning: a candidate on this infra is skipped for a task that uses one.
     unsupported: frozenset[str] = frozenset()
+    #: config keys (dotted, e.g. "aws.vpc_name") this provider acts on; a key a user sets
+    #: that no provider (nor the core) declares is reported as not supported by skyd.
+    config_keys: frozenset[str] = frozenset()
     #: deadline of one provisioning attempt (create + wait + agents), seconds;
     #: $SKYD_PROVISION_TIMEOUT_S overrides it for every cloud.
     provision_timeout_s: float = 900.0

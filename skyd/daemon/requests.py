@@ -15,7 +15,7 @@ import anyio
 import pydantic
 
 from skyd import paths
-from skyd.daemon import request_secrets
+from skyd.daemon import request_config, request_secrets
 from skyd.daemon.context import TERMINAL_EVENTS, RequestContext
 from skyd.daemon.http import internal_error_dict
 from skyd.daemon.registry import VERBS
@@ -116,9 +116,11 @@ class RequestManager:
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
         clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
+        cfg = await request_config.load_for(payload)  # a bad config file or key: 400, exit 2
         if verb.check is not None:
             try:
-                await run_check(verb.check, payload)
+                with request_config.active(cfg):
+                    await run_check(verb.check, payload)
             except SkydError as e:
                 raise request_secrets.mask_error(e, held) from None
         now = time.time()
@@ -163,9 +165,13 @@ class RequestManager:
                 self.daemon.bus.publish("requests", {"id": ctx.request_id, "status": RUNNING})
                 ctx.emit({"type": "status", "status": RUNNING, "resumed": ctx.resumed})
                 verb = VERBS[ctx.verb]
+                cfg = await request_config.load_for(ctx.payload)
+                for line in request_config.warnings(cfg):
+                    ctx.log(line)
                 async with anyio.create_task_group() as tg:
                     ctx.tg = tg
-                    result = await verb.handler(ctx, await request_secrets.attach(ctx, ctx.payload))
+                    with request_config.active(cfg):
+                        result = await verb.handler(ctx, await request_secrets.attach(ctx, ctx.payload))
                 status = SUCCEEDED
             if ctx.cancel_scope.cancel_called:
                 status, result = CANCELLED, None

@@ -31,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from skyd.cli.secret_flags import add_secret_flags
 
     add_secret_flags(la)
+    from skyd.cli.compat_flags import add_config_flag, add_task_flags
+
+    add_config_flag(la)
+    add_task_flags(la, secrets=False)  # --gpus, --infra, ... and --env-file, as sky jobs launch
+    la.add_argument("-c", "--cluster", dest="name", help=argparse.SUPPRESS)  # SkyPilot: alias of -n
     la.add_argument("-o", "--output", choices=("table", "json"), default="table")
     la.set_defaults(func=run_launch)
 
@@ -38,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     q.add_argument("-o", "--output", choices=("table", "json"), default="table")
     q.add_argument("--skip-finished", action="store_true", help="hide jobs that have ended")
     q.add_argument("-s", "--status", action="append", metavar="STATUS", help="only this status")
+    q.add_argument("-l", "--limit", type=int, metavar="N", help="the N newest jobs only")
+    q.add_argument("-a", "--all", dest="limit", action="store_const", const=None,
+                   help="every job (the default)")
+    from skyd.cli.compat_flags import add_time_filters
+
+    add_time_filters(q)
     q.set_defaults(func=run_queue)
 
     c = js.add_parser("cancel", help="cancel managed jobs")
@@ -48,7 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.set_defaults(func=run_cancel)
 
     lg = js.add_parser("logs", help="print a managed job's output")
-    lg.add_argument("id", type=int, metavar="ID")
+    lg.add_argument("id", type=int, nargs="?", metavar="ID",
+                    help="the job (default: the latest one, of --name when given)")
+    lg.add_argument("-n", "--name", help="the latest job of this name")
+    lg.add_argument("-s", "--sync-down", action="store_true",
+                    help="write the job's log to a file on this machine and print where")
     lg.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     lg.add_argument("--controller", action="store_true", help="the controller's log instead")
     lg.set_defaults(func=run_logs)
@@ -171,17 +186,19 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from skyd import bounds
+    from skyd.cli.compat_flags import collect_envs, collect_overrides
     from skyd.cli.secret_flags import collect_secrets
-    from skyd.sdk.payloads import catalog_dir, job_name, read_task_file
+    from skyd.sdk.payloads import catalog_dir, config_sources, job_name, read_task_file
 
     bounds.check(args.priority, "priority", "--priority")
     bounds.check(getattr(args, "num_jobs", None), "num_jobs", "--num-jobs")
 
     payload: dict[str, Any] = {
-        "env": _envs(args.env), "secrets": collect_secrets(args), "name": job_name(args.name),
+        "env": collect_envs(args), "secrets": collect_secrets(args), "name": job_name(args.name),
+        "overrides": collect_overrides(args),
         "job_recovery": args.job_recovery,
         "retry_until_up": args.retry_until_up, "priority": args.priority,
-        "catalog_dir": catalog_dir(),
+        "catalog_dir": catalog_dir(), "config": config_sources(getattr(args, "config", None)),
     }  # fmt: skip
     if getattr(args, "pool", None):
         payload["pool"] = args.pool
@@ -205,6 +222,10 @@ def run_launch(args: argparse.Namespace) -> int:
 
     client = get_client()
     rid = client.submit("jobs.launch", launch_payload(args))
+    from skyd.cli.compat_flags import print_async
+
+    if print_async(args, rid):
+        return 0
     result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
     job_id = int(result["job_id"])
     ids = [int(i) for i in result.get("job_ids") or [job_id]]
@@ -250,6 +271,11 @@ def run_queue(args: argparse.Namespace) -> int:
     if args.status:
         params["status"] = args.status
     rows = get_client().get("/v1/jobs", params)
+    from skyd.cli.compat_flags import filter_by_time
+
+    rows = filter_by_time(rows, args)
+    if getattr(args, "limit", None) is not None:  # newest first: the first N
+        rows = rows[: max(0, args.limit)]
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -291,8 +317,15 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 def run_logs(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.cli.compat_flags import latest_managed_job
 
-    return _print_logs(get_client(), args.id, follow=not args.no_follow, controller=args.controller)
+    client = get_client()
+    job_id = args.id if args.id is not None else latest_managed_job(client, args.name)
+    if args.sync_down:
+        from skyd.cli.compat_flags import sync_down_managed
+
+        return sync_down_managed(client, job_id, controller=args.controller)
+    return _print_logs(client, job_id, follow=not args.no_follow, controller=args.controller)
 
 
 def _print_logs(client: Any, job_id: int, *, follow: bool, controller: bool) -> int:

@@ -50,7 +50,7 @@ async def sweep(db: Any) -> None:
     """Delete secret files of managed jobs that will not launch again."""
     keep = {ref_of(r) for r in await db.unfinished_or_dirty() if str(r["status"]) not in st.TERMINAL}
     for ref in await secretfiles.anames("jobs"):
-        if ref not in keep:
+        if ref not in keep and not ref.startswith("svc-"):  # services' (skyd.serve.verbs)
             await drop(ref)
 
 

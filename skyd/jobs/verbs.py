@@ -186,9 +186,9 @@ async def check_jobs_cancel(payload: dict[str, Any]) -> None:
 
 def _check_docs(payload: dict[str, Any]) -> list[dict[str, Any]]:
     from skyd.pipeline.checks import capacity
-    from skyd.pipeline.taskload import load_dag_from_payload
+    from skyd.pipeline.taskload import load_dag_with_overrides
 
-    dag = load_dag_from_payload(payload)
+    dag = load_dag_with_overrides(payload)
     capacity(list(dag.tasks))
     return _docs_of(dag)
 
@@ -197,9 +197,9 @@ def _load_docs(payload: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     """Validate through skyd.models (same code as `skyd validate`): the normalized task
     dicts to store (secret values redacted) and, per task, the secret values; a bare
     command becomes {run: command}."""
-    from skyd.pipeline.taskload import load_dag_from_payload
+    from skyd.pipeline.taskload import load_dag_with_overrides
 
-    dag = load_dag_from_payload(payload)
+    dag = load_dag_with_overrides(payload)
     docs = _docs_of(dag)
     per_task = [{k: v for k, v in t.secrets.items() if v is not None} for t in dag.tasks]
     return docs, per_task

@@ -68,7 +68,7 @@ def _job_spec(task: Any, *, with_setup: bool, name: str, res: Any = None) -> dic
         gpus = math.ceil(float(next(iter(res.accelerators.values()))))
     return {
         "name": task.name or name,
-        "setup": (task.setup or "") if with_setup else "",
+        "setup": _ecc_prelude(gpus) + (task.setup or "") if with_setup else "",
         "run": task.run or "",
         "envs": envs,
         "secrets": secret_values,
@@ -77,6 +77,20 @@ def _job_spec(task: Any, *, with_setup: bool, name: str, res: Any = None) -> dic
         "cpus": planner.cpu_demand(res),
         "task_id": "",  # the agent fills in SkyPilot's sky-<ts>_<cluster>_<id> form
     }
+
+
+#: SkyPilot's nvidia_gpus.disable_ecc, as far as a running node allows: ECC is switched off
+#: with nvidia-smi; the change takes effect at the node's next reboot (skyd stop + start),
+#: since rebooting under a running job would kill it.
+ECC_OFF = ('if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q | grep -A2 "ECC Mode" '
+           '| grep Current | grep -q Enabled; then sudo -n nvidia-smi -e 0 >/dev/null 2>&1 '
+           '&& echo "skyd: nvidia_gpus.disable_ecc: ECC off after the next reboot (skyd stop, start)"; fi\n')
+
+
+def _ecc_prelude(gpus: int) -> str:
+    from skyd import config
+
+    return ECC_OFF if gpus and config.current().get("nvidia_gpus", "disable_ecc") else ""
 
 
 async def submit_and_follow(
@@ -118,7 +132,9 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
                                     catalog_dir=payload.get("catalog_dir"), store=ctx.store,
                                     cluster_name=payload.get("cluster_name"))
     task = await load_task_from_payload(payload)
-    for w in task.validate():
+    from skyd.pipeline.taskload import tier_warnings
+
+    for w in [*task.validate(), *tier_warnings(task)]:
         ctx.log(f"warning: {w}")
     await anyio.to_thread.run_sync(check_local_paths, task)
     from skyd.storage import mounts as smounts

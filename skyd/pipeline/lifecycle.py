@@ -97,9 +97,20 @@ async def _for_each(
 
 
 async def run_down(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    purge = payload.get("purge") is True
+
     async def one(name: str) -> bool:
         await ctx.stage(f"DOWN {name}", "start")
-        await down_cluster(ctx, name)
+        try:
+            await down_cluster(ctx, name)
+        except Exception as e:
+            if not purge or isinstance(e, NotFoundError):
+                raise
+            # --purge (as sky down -p): the provider's error is reported, the record goes
+            # anyway; what may be left on the provider is the user's to check.
+            ctx.log(f"warning: {name}: the provider failed ({type(e).__name__}: {e}); "
+                    "--purge removes the record anyway: check the provider's console for leftovers")
+            await cdb.remove_cluster(ctx.store, name)
         await ctx.stage(f"DOWN {name}", "done")
         return True
 

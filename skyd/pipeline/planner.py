@@ -112,6 +112,23 @@ def _pins(tasks: list[Any]) -> set[str]:
     return {r.cloud for t in tasks for r in t.resources if r.cloud}
 
 
+def allowed_clouds(pins: set[str] | None = None) -> set[str] | None:
+    """The config's ``allowed_clouds`` (None: every infra). A task pinned to an infra the
+    config does not allow is refused, naming the key."""
+    from skyd import config
+
+    allowed = config.current().allowed_clouds()
+    if allowed is None:
+        return None
+    for pin in sorted(pins or ()):
+        if pin not in allowed:
+            raise InvalidSpecError(
+                f"infra {pin!r} is not in allowed_clouds ({', '.join(sorted(allowed))})",
+                field="resources.infra",
+                hint="add it to allowed_clouds in your config, or pick an allowed infra")
+    return allowed
+
+
 def _enabled_catalog_clouds(
     catalog: Any, *, launchable_only: bool, ok_clouds: set[str] | None = None
 ) -> set[str]:
@@ -142,14 +159,17 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | 
     None: check them now."""
     catalog = catalog_at(catalog_dir)
     pins = _pins(tasks)
+    allowed = allowed_clouds(pins)
     registered = set(registered_clouds())
     for r in (r for t in tasks for r in t.resources):
         if r.cloud in registered:
             get_cloud(r.cloud).validate_location(r.region, r.zone)
     enabled = _enabled_catalog_clouds(catalog, launchable_only=launchable_only, ok_clouds=ok_clouds)
+    if allowed is not None:
+        enabled &= allowed
     extra: list[Offering] = []
     for name in registered_clouds():
-        if name in catalog.clouds or name == "local":
+        if name in catalog.clouds or name == "local" or (allowed is not None and name not in allowed):
             continue
         cloud = get_cloud(name)
         if not (name in ok_clouds if ok_clouds is not None else _check_now(cloud)):
@@ -157,7 +177,7 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | 
         offs = cloud.dynamic_offerings()
         if offs:
             extra.extend(offs)
-    if "local" in pins or (not enabled and not extra):
+    if "local" in pins or (not enabled and not extra and (allowed is None or "local" in allowed)):
         # `local`: the embedded default when nothing else is enabled, or when pinned.
         extra.extend(get_cloud("local").dynamic_offerings() or [])
     return catalog.with_enabled(enabled).with_extra(extra)
@@ -284,7 +304,8 @@ def plan_dag(
                 field="num_nodes", hint="lower num_nodes, or use an infra with room for it",
             ) from None
         error = e
-    wide_cat = catalog.with_enabled(set(catalog.clouds))
+    allowed = allowed_clouds(_pins(tasks))
+    wide_cat = catalog.with_enabled({c for c in catalog.clouds if allowed is None or c in allowed})
     try:
         wide = list(optimize(dag, wide_cat, minimize=minimize, max_plans=1))
     except ResourcesUnavailableError:
@@ -294,7 +315,7 @@ def plan_dag(
     # Infras this build can provision but that are not set up (ssh pools, credentials):
     # what to configure, even when no catalog row of theirs shows (they have none yet).
     for name in registered_clouds():
-        if name not in launchable and name not in how:
+        if name not in launchable and name not in how and (allowed is None or name in allowed):
             reason = how_to_enable(name, checks)
             if reason:
                 how[name] = reason
@@ -387,6 +408,10 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
 
     from skyd.pipeline.plan_view import planned_to_json
 
+    if any(t.workdir is not None and not isinstance(t.workdir, str) for t in dag.tasks):
+        from skyd.pipeline.gitworkdir import require_git
+
+        require_git()  # a git workdir is cloned at launch: the plan says so when it cannot be
     checks = await _checks(store)
     planned = await anyio.to_thread.run_sync(
         plan_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, catalog_dir,
@@ -499,10 +524,15 @@ def local_mounts(task: Any) -> dict[str, str]:
 
 
 def workdir_path(task: Any) -> str:
+    """The local directory synced as the workdir; a git workdir ({url, ref}) is cloned on
+    this machine first (skyd.pipeline.gitworkdir; blocking the first time: the launch
+    calls it from a worker thread before syncing)."""
     wd = task.workdir
     if isinstance(wd, str):
         return wd
-    raise ClusterStateError("git workdirs ({url, ref}) are not supported yet", hint="use a local path")
+    from skyd.pipeline import gitworkdir
+
+    return str(gitworkdir.checkout(str(wd.url), getattr(wd, "ref", None)))
 
 
 def task_autostop(task: Any) -> tuple[int, bool] | None:

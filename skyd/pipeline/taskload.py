@@ -31,6 +31,10 @@ OVERRIDE_KEYS = (
 )
 
 
+# Overrides applied after the model's own (--git-url/--git-ref, --disk-tier/--network-tier).
+EXTRA_OVERRIDE_KEYS = ("git_url", "git_ref", "disk_tier", "network_tier")
+
+
 def check_overrides(overrides: Any) -> dict[str, Any]:
     """A payload's ``overrides``: a mapping of known keys (400 naming an unknown one);
     each value is then checked by the model as its CLI flag (``--gpus``, ...)."""
@@ -40,13 +44,14 @@ def check_overrides(overrides: Any) -> dict[str, Any]:
         raise InvalidSpecError("overrides must be a mapping of field: value", field="overrides",
                                hint="known fields: " + ", ".join(OVERRIDE_KEYS))
     for k in overrides:
-        if k not in OVERRIDE_KEYS:
+        if k not in OVERRIDE_KEYS and k not in EXTRA_OVERRIDE_KEYS:
             from skyd.models._errors import suggest
 
-            s = suggest(str(k), OVERRIDE_KEYS)
+            s = suggest(str(k), OVERRIDE_KEYS + EXTRA_OVERRIDE_KEYS)
             raise InvalidSpecError(
                 f"unknown override {str(k)[:64]!r}", field=f"overrides.{str(k)[:64]}",
-                hint=(f"did you mean {s!r}? " if s else "") + "known: " + ", ".join(OVERRIDE_KEYS))
+                hint=(f"did you mean {s!r}? " if s else "") + "known: "
+                + ", ".join(OVERRIDE_KEYS + EXTRA_OVERRIDE_KEYS))
     wd = overrides.get("workdir")
     if wd is not None and (not isinstance(wd, str) or not wd.strip()):
         raise InvalidSpecError(f"--workdir must be a path, got {str(wd)[:40]!r}",
@@ -112,11 +117,65 @@ def _load(payload: dict[str, Any]) -> Any:
 
         text = yaml.safe_dump({"run": command})
     source = payload.get("yaml_path") or "<inline>"
+    text, policy_config = _with_policy(text, payload)
     # Secret values: the daemon hands the handler the request's secrets file (--secret
     # values and those taken out of the YAML text); the stored payload has none.
-    return load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
-                    secret_overrides=dict(payload.get("secrets") or {}),
-                    task_secrets=list(payload.get("_task_secrets") or ()))
+    dag = load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
+                   secret_overrides=dict(payload.get("secrets") or {}),
+                   task_secrets=list(payload.get("_task_secrets") or ()))
+    if policy_config is not None:
+        dag.policy_config = policy_config  # type: ignore[attr-defined]
+    return dag
+
+
+#: the verb a payload belongs to, in SkyPilot's admin-policy request names
+_REQUEST_NAMES = {"jobs": "jobs.launch", "service": "serve.up"}
+
+
+def _with_policy(text: str, payload: dict[str, Any]) -> tuple[str, Any]:
+    """The config's ``admin_policy`` applied to the task text: (text, mutated config or
+    None). A policy that raises rejects the request (exit 2, its message shown)."""
+    from skyd import config
+
+    cfg = config.current()
+    spec = cfg.get("admin_policy")
+    if not spec:
+        return text, None
+    import yaml
+
+    from skyd.config import policy
+    from skyd.config.layers import safe_load_all
+
+    docs = [d for d in safe_load_all(text, str(payload.get("yaml_path") or "<inline>"))
+            if d is not None]
+    head = docs[:1] if len(docs) > 1 and isinstance(docs[0], dict) and set(docs[0]) == {"name"} else []
+    body = [d for d in docs[len(head):] if isinstance(d, dict)]
+    name = "serve.up" if any("service" in d for d in body) else (
+        "jobs.launch" if payload.get("job_recovery") is not None or "priority" in payload else "launch")
+    opts = None
+    if name == "launch":
+        opts = {"cluster_name": payload.get("cluster_name"),
+                "idle_minutes_to_autostop": payload.get("idle_minutes"),
+                "down": bool(payload.get("down")), "dryrun": bool(payload.get("dryrun"))}
+    mutated, new_cfg = policy.apply(str(spec), body, cfg.data, request_name=name, options=opts)
+    return yaml.safe_dump_all([*head, *mutated], sort_keys=False), cfg.with_data(new_cfg, f"admin_policy {spec}")
+
+
+def load_dag_with_overrides(payload: dict[str, Any]) -> Any:
+    """load_dag_from_payload with the payload's CLI overrides (``--gpus``, ``--infra``,
+    ...) applied, as ``jobs launch`` and ``serve up/update`` take them (SkyPilot refuses
+    them for a pipeline, and so does skyd)."""
+    dag = load_dag_from_payload(payload)
+    ov = payload.get("overrides")
+    if ov is not None and not isinstance(ov, dict):
+        raise InvalidSpecError("overrides must be a mapping", field="overrides")
+    if ov and any(v is not None for v in ov.values()):
+        if len(dag.tasks) > 1:
+            raise InvalidSpecError(
+                "resource overrides (--gpus, --infra, ...) cannot be used with a pipeline",
+                field="overrides", hint="set the resources in each task of the YAML")
+        dag.tasks = [apply_overrides(t, ov) for t in dag.tasks]
+    return dag
 
 
 def apply_overrides(task: Any, overrides: dict[str, Any] | None,
@@ -126,10 +185,61 @@ def apply_overrides(task: Any, overrides: dict[str, Any] | None,
     ``workdir`` resolves against ``base_dir`` (the payload's), else the daemon's cwd."""
     if not overrides:
         return task
-    kw = {k: v for k, v in check_overrides(overrides).items() if v is not None}
-    if base_dir is not None and "workdir" in kw:
-        kw["base_dir"] = base_dir
-    return task.with_overrides(**kw) if kw else task
+    overrides = check_overrides(overrides)
+    kw = {k: v for k, v in overrides.items() if k in OVERRIDE_KEYS and v is not None}
+    task = task.with_overrides(**kw) if kw else task
+    task = _git_override(task, overrides.get("git_url"), overrides.get("git_ref"))
+    tiers = {k: overrides[k] for k in TIER_KEYS if overrides.get(k) is not None}
+    if tiers:  # --disk-tier / --network-tier: on every candidate, checked as the YAML's are
+        from pydantic import ValidationError
+
+        from skyd.models import Resources
+
+        for k, v in tiers.items():
+            try:
+                Resources.model_validate({k: v})
+            except ValidationError:
+                raise InvalidSpecError(f"{v!r} is not a {k.replace('_', ' ')}",
+                                       field="--" + k.replace("_", "-"),
+                                       hint=TIER_HINTS[k]) from None
+        task = task.model_copy(update={"resources": [r.copy(**tiers) for r in task.resources]})
+    return task
+
+
+def _git_override(task: Any, url: Any, ref: Any) -> Any:
+    """``--git-url`` / ``--git-ref``: the workdir becomes that repository at that ref
+    (``--git-ref`` alone: the YAML's git workdir at another ref), as in SkyPilot."""
+    if not url and not ref:
+        return task
+    from skyd.models.task import WorkdirGit
+
+    cur = task.workdir if isinstance(task.workdir, WorkdirGit) else None
+    url = url or (cur.url if cur else None)
+    if not url:
+        raise InvalidSpecError("--git-ref needs --git-url (or a git workdir in the YAML)",
+                               field="--git-ref", hint="add --git-url URL")
+    for flag, v in (("--git-url", url), ("--git-ref", ref)):
+        if v is not None and (not isinstance(v, str) or not v.strip() or v.startswith("-")):
+            raise InvalidSpecError(f"{flag} {v!r} is not a repository URL or ref", field=flag)
+    return task.model_copy(update={"workdir": WorkdirGit(url=url, ref=ref or (cur.ref if cur else None))})
+
+
+TIER_KEYS = ("disk_tier", "network_tier")
+TIER_HINTS = {"disk_tier": "one of low, medium, high, ultra, best",
+              "network_tier": "one of standard, best"}
+
+
+def tier_warnings(task: Any) -> list[str]:
+    """disk_tier / network_tier other than the default: what skyd does with them (the
+    provider's default disk and network are used; no provider here selects by tier)."""
+    out = []
+    for k in TIER_KEYS:
+        vals = sorted({str(getattr(r, k, None)) for r in task.resources
+                       if getattr(r, k, None) not in (None, "default", "standard")})
+        if vals:
+            out.append(f"resources.{k}: {', '.join(vals)} is not acted on by skyd's providers: "
+                       "the provider's default disk/network is used")
+    return out
 
 
 async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:
@@ -140,6 +250,13 @@ async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:
 
 async def load_task_from_payload(payload: dict[str, Any]) -> Any:
     dag = await aload_dag_from_payload(payload)
+    from skyd import config
+
+    if getattr(dag, "policy_config", None) is not None:  # the admin policy's config from now on
+        config.activate(dag.policy_config)
+    if len(dag.tasks) == 1 and getattr(dag.tasks[0], "volumes", None):
+        # volumes: {/path: PVC}: mounted through the kubernetes provider's pod_config
+        config.activate(config.current().with_volumes(dict(dag.tasks[0].volumes)))
     if len(dag.tasks) != 1:
         raise InvalidSpecError(
             f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",

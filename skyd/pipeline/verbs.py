@@ -241,6 +241,10 @@ def _register() -> None:
     register_read("GET", "/v1/gpus/k8s", _k8s_gpus, summary="GPUs free per kubernetes context")
     on_startup(_startup)
     on_shutdown(_shutdown)
+    from skyd.clouds.config_support import warning_lines
+    from skyd.daemon.request_config import add_warner
+
+    add_warner(warning_lines)
 
 
 _register()

@@ -16,7 +16,8 @@ from typing import Any
 from skyd.errors import InvalidSpecError
 
 OVERRIDES = ("gpus", "cpus", "memory", "infra", "instance_type", "num_nodes", "use_spot",
-             "disk_size", "image_id", "ports", "name", "workdir")  # fmt: skip
+             "disk_size", "disk_tier", "network_tier", "image_id", "ports", "name",
+             "workdir", "git_url", "git_ref")  # fmt: skip
 
 
 def task_source(task: str | os.PathLike[str] | None = None, *, command: str | None = None,
@@ -116,7 +117,8 @@ def launch_payload(source: dict[str, Any], *, cluster_name: str | None = None,
                    secrets: Mapping[str, str | None] | None = None, dryrun: bool = False,
                    detach_run: bool = False, idle_minutes: float | None = None,
                    down: bool = False, no_setup: bool = False, retry_until_up: bool = False,
-                   minimize: str = "cost", **resource_overrides: Any) -> dict[str, Any]:
+                   minimize: str = "cost", config: list[str] | None = None,
+                   **resource_overrides: Any) -> dict[str, Any]:
     from skyd.names import check_optional_name
 
     cluster_name = check_optional_name(cluster_name, kind="cluster", field="cluster_name")
@@ -124,7 +126,16 @@ def launch_payload(source: dict[str, Any], *, cluster_name: str | None = None,
             "secrets": resolve_secrets(secrets), "dryrun": dryrun, "detach_run": detach_run, "idle_minutes": idle_minutes, "down": down,
             "no_setup": no_setup, "retry_until_up": retry_until_up, "minimize": minimize,
             "overrides": overrides(**resource_overrides),
-            "catalog_dir": catalog_dir()}  # fmt: skip
+            "catalog_dir": catalog_dir(), "config": config_sources(config)}  # fmt: skip
+
+
+def config_sources(cli: list[str] | None = None, cwd: str | None = None) -> dict[str, Any]:
+    """Where this caller's config comes from (SkyPilot's layers: $SKYPILOT_CONFIG or the
+    user file, the project's .sky.yaml in cwd, ``--config`` items): the daemon reads them
+    once per request (skyd.config)."""
+    from skyd.config.layers import caller_sources
+
+    return caller_sources(list(cli or []), cwd=cwd or os.getcwd()).to_json()
 
 
 def catalog_dir() -> str | None:
@@ -137,21 +148,23 @@ def catalog_dir() -> str | None:
 def exec_payload(source: dict[str, Any], *, cluster_name: str,
                  env: dict[str, str] | None = None,
                  secrets: Mapping[str, str | None] | None = None, detach_run: bool = False,
-                 **resource_overrides: Any) -> dict[str, Any]:
+                 config: list[str] | None = None, **resource_overrides: Any) -> dict[str, Any]:
     return {**source, "cluster_name": cluster_name, "env": env or {},
             "secrets": resolve_secrets(secrets),
-            "detach_run": detach_run, "overrides": overrides(**resource_overrides)}  # fmt: skip
+            "detach_run": detach_run, "overrides": overrides(**resource_overrides),
+            "config": config_sources(config)}  # fmt: skip
 
 
 def jobs_launch_payload(source: dict[str, Any], *, name: str | None = None,
                         env: dict[str, str] | None = None,
                         secrets: Mapping[str, str | None] | None = None,
                         job_recovery: str | None = None, retry_until_up: bool = False,
-                        priority: int = 0) -> dict[str, Any]:
+                        priority: int = 0, config: list[str] | None = None) -> dict[str, Any]:
     return {**source, "name": job_name(name), "env": env or {},
             "secrets": resolve_secrets(secrets),
             "job_recovery": job_recovery, "retry_until_up": retry_until_up,
-            "priority": priority, "catalog_dir": catalog_dir()}  # fmt: skip
+            "priority": priority, "catalog_dir": catalog_dir(),
+            "config": config_sources(config)}  # fmt: skip
 
 
 def clusters_payload(clusters: list[str] | str | None, all_clusters: bool = False) -> dict[str, Any]:

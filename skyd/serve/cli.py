@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
     up.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
     up.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    from skyd.cli.compat_flags import add_config_flag, add_task_flags
+
+    add_config_flag(up)
+    add_task_flags(up)  # --gpus, --infra, ..., --env-file, --secret (as sky serve up)
     up.set_defaults(func=run_up)
 
     u = ss.add_parser("update", help="roll a service to a new version of its task YAML")
@@ -33,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "once when the new set is READY")  # fmt: skip
     u.add_argument("--env", action="append", default=[], metavar="KEY[=VAL]", help="task env var")
     u.add_argument("-y", "--yes", action="store_true", help="no confirmation prompt")
+    add_config_flag(u)
+    add_task_flags(u)
     u.set_defaults(func=run_update)
 
     s = ss.add_parser("status", help="services and their replicas")
@@ -63,17 +69,22 @@ def run_up(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skyd.cli.client import get_client
-    from skyd.jobs.cli import _envs
-    from skyd.sdk.payloads import read_task_file
+    from skyd.cli.compat_flags import task_flags_payload
+    from skyd.sdk.payloads import config_sources, read_task_file
 
     path = Path(args.yaml)
     payload: dict[str, Any] = {
         "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
-        "base_dir": str(path.resolve().parent), "env": _envs(args.env), "name": args.name,
+        "base_dir": str(path.resolve().parent), "name": args.name,
+        "config": config_sources(args.config), **task_flags_payload(args),
     }  # fmt: skip
     client = get_client()
     rid = client.submit("serve.up", payload)
+    from skyd.cli.compat_flags import print_async
     from skyd.jobs.cli import _wait
+
+    if print_async(args, rid):
+        return 0
 
     out = _wait(client, rid)
     if args.output == "json":
@@ -91,17 +102,21 @@ def run_update(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from skyd.cli.client import get_client
-    from skyd.jobs.cli import _envs, _wait
-    from skyd.sdk.payloads import read_task_file
+    from skyd.cli.compat_flags import print_async, task_flags_payload
+    from skyd.jobs.cli import _wait
+    from skyd.sdk.payloads import config_sources, read_task_file
 
     path = Path(args.yaml)
     payload: dict[str, Any] = {
         "yaml": read_task_file(path, args.yaml), "yaml_path": str(path),
-        "base_dir": str(path.resolve().parent), "env": _envs(args.env), "name": args.name,
-        "mode": args.mode,
+        "base_dir": str(path.resolve().parent), "name": args.name,
+        "mode": args.mode, "config": config_sources(args.config), **task_flags_payload(args),
     }  # fmt: skip
     client = get_client()
-    out = _wait(client, client.submit("serve.update", payload))
+    rid = client.submit("serve.update", payload)
+    if print_async(args, rid):
+        return 0
+    out = _wait(client, rid)
     sys.stdout.write(f"Service {out['name']}: updating to version {out['version']} "
                      f"({args.mode}); watch with `skyd serve status {out['name']}`\n")
     return 0

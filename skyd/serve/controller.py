@@ -383,7 +383,8 @@ class ServiceController:
                     self.log(f"replica {rid}: placing {a.why}" + (f" (avoiding {where})" if where else ""))
                 await self.db.update_replica(self.name, rid, use_spot=int(a.use_spot))
                 ts = TaskSpec(name=cluster, task=spot.with_spot(task, a.use_spot) if spot_task else task,
-                              job_id=rid, task_index=0, attempt=1, envs=envs)
+                              job_id=rid, task_index=0, attempt=1, envs=envs,
+                              secrets_ref=spec.get("secrets_ref"))
                 try:
                     res = await self.m.ops.launch(ts, cluster, blocked=list(a.blocked), log=log)
                 except ResourcesUnavailableError as e:

@@ -38,9 +38,9 @@ def load_service(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(service name, {"task": normalized task, "service": service dict}). Runs in a
     worker thread (YAML parsing)."""
     from skyd.names import check_name
-    from skyd.pipeline.taskload import load_dag_from_payload
+    from skyd.pipeline.taskload import load_dag_with_overrides
 
-    dag = load_dag_from_payload(payload)
+    dag = load_dag_with_overrides(payload)
     if len(dag.tasks) != 1:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks; a service is one task",
                                field="service")  # fmt: skip
@@ -56,9 +56,6 @@ def load_service(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if probe is None or (isinstance(probe, dict) and not probe.get("path")):
         raise InvalidSpecError("service.readiness_probe needs a path", field="service.readiness_probe",
                                hint="e.g. readiness_probe: /health (the replica answers 200 when ready)")
-    if any(v is not None for v in task.secrets.values()):
-        raise InvalidSpecError("services do not take secrets", field="secrets",
-                               hint="pass the values through envs, or read them on the replica")
     name = payload.get("name") or task.name
     if not name:
         raise InvalidSpecError("the service needs a name", field="name",
@@ -78,7 +75,13 @@ def load_service(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                 raise InvalidSpecError(f"service.tls.{k} {tls[k]!r}: no such file",
                                        field=f"service.tls.{k}", hint="give the path of a PEM file")
             tls[k] = str(p.resolve())
-    return str(name), {"task": task.to_normalized(), "service": svc}
+    # secret values travel beside the spec (the stored spec has them redacted); the verb
+    # keeps them in a 0600 file that replica launches read (skyd.serve.verbs)
+    values = {k: str(v) for k, v in task.secrets.items() if v is not None}
+    return str(name), {"task": task.to_normalized(), "service": svc, SECRET_VALUES: values}
+
+
+SECRET_VALUES = "_secret_values"
 
 
 def port_free(host: str, port: int) -> bool:

@@ -69,6 +69,31 @@ async def _prepare(payload: dict[str, Any]) -> tuple[str, dict[str, Any], int]:
     return name, spec, port
 
 
+async def _keep_secrets(name: str, spec: dict[str, Any]) -> None:
+    """Move the spec's secret values into a 0600 file (SKYD_HOME/secrets/jobs/svc-NAME-*)
+    named by ``secrets_ref``; replica launches read it (skyd.jobs.job_secrets.with_secrets)."""
+    from skyd import secretfiles
+    from skyd.serve.spec import SECRET_VALUES
+
+    values = spec.pop(SECRET_VALUES, None) or {}
+    if not values:
+        return
+    ref = f"{SERVICE_SECRETS_PREFIX}{name}-{secretfiles.new_job_ref()}"
+    await secretfiles.awrite(secretfiles.job_file(ref), {"tasks": [values]}, exclusive=True)
+    spec["secrets_ref"] = ref
+
+
+SERVICE_SECRETS_PREFIX = "svc-"
+
+
+async def _drop_secrets(name: str) -> None:
+    from skyd import secretfiles
+
+    for ref in await secretfiles.anames("jobs"):
+        if ref.startswith(f"{SERVICE_SECRETS_PREFIX}{name}-"):
+            await secretfiles.aremove(secretfiles.job_file(ref))
+
+
 async def check_serve_up(payload: dict[str, Any]) -> None:
     await _prepare(payload)
 
@@ -76,6 +101,7 @@ async def check_serve_up(payload: dict[str, Any]) -> None:
 async def serve_up(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Bring a service up: its load balancer at once, its replicas as they launch."""
     name, spec, port = await _prepare(payload)
+    await _keep_secrets(name, spec)
     out = await _m().up(name, spec, port)
     ctx.log(f"Service {name}: endpoint {out['endpoint']}")
     return out
@@ -103,6 +129,7 @@ async def check_serve_update(payload: dict[str, Any]) -> None:
 async def serve_update(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Roll a service to a new task YAML (rolling, or blue_green)."""
     name, spec, mode = await _prepare_update(payload)
+    await _keep_secrets(name, spec)
     version = await _m().update(name, spec, mode)
     ctx.log(f"Service {name}: updating to version {version} ({mode})")
     return {"name": name, "version": version}
@@ -121,6 +148,8 @@ async def serve_down(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, 
     """Take services down: their replicas' clusters are removed, then the rows."""
     names = await _m().down(list(payload.get("names") or []),
                             all_services=bool(payload.get("all")))
+    for n in names:
+        await _drop_secrets(n)
     ctx.log(f"Service(s) down: {', '.join(names)}" if names else "No service")
     return {"down": names}
 

@@ -118,6 +118,7 @@ class FakeKube:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.rejected: list[list[str]] = []  # what the core/v1 models refused, per request
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.forbidden: set[str] = set()
         self.bad_images: set[str] = set()
         self.protocols: tuple[str, ...] = ("v4.channel.k8s.io",)
@@ -215,6 +216,12 @@ class FakeKube:
         r.add_get("/api/v1/namespaces/{ns}/services", self._list_services)
         r.add_post("/api/v1/namespaces/{ns}/services", self._create_service)
         r.add_delete("/api/v1/namespaces/{ns}/services/{name}", self._delete_service)
+        pvc = "/api/v1/namespaces/{ns}/persistentvolumeclaims"
+        r.add_get(pvc, self._list_pvcs)
+        r.add_post(pvc, self._create_pvc)
+        r.add_get(pvc + "/{name}", self._get_pvc)
+        r.add_patch(pvc + "/{name}", self._patch_pvc)
+        r.add_delete(pvc + "/{name}", self._delete_pvc)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -435,6 +442,71 @@ class FakeKube:
         if s is None:
             return _status(404, "NotFound", f'services "{name}" not found')
         return web.json_response(s)
+
+    # -- persistentvolumeclaims (core/v1; validation as the API server's for PVC create:
+    # metadata.name a DNS-1123 subdomain, spec.accessModes required and from the enum,
+    # spec.resources.requests.storage required and a quantity) ----------------------------
+
+    _PVC_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+
+    async def _list_pvcs(self, request: web.Request) -> web.Response:
+        ns, sel = request.match_info["ns"], request.query.get("labelSelector", "")
+        items = [v for (n, _), v in self.pvcs.items()
+                 if n == ns and _match_labels(sel, v["metadata"].get("labels") or {})]
+        return web.json_response({"kind": "PersistentVolumeClaimList", "apiVersion": "v1",
+                                  "metadata": {}, "items": items})
+
+    async def _create_pvc(self, request: web.Request) -> web.Response:
+        import re
+
+        ns = request.match_info["ns"]
+        body = await request.json()
+        name = str((body.get("metadata") or {}).get("name") or "")
+        spec = body.get("spec") or {}
+        modes = spec.get("accessModes") or []
+        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", name):
+            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: metadata.name')
+        if not modes or any(m not in self._PVC_MODES for m in modes):
+            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes')
+        if not storage or not re.match(r"^[0-9.]+([KMGTPE]i?|k)?$", str(storage)):
+            return _status(422, "Invalid",
+                           f'PersistentVolumeClaim "{name}" is invalid: spec.resources[storage]')
+        if (ns, name) in self.pvcs:
+            return _status(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists')
+        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()),
+                                creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        body["status"] = {"phase": "Pending"}
+        self.pvcs[(ns, name)] = body
+        return web.json_response(body, status=201)
+
+    async def _get_pvc(self, request: web.Request) -> web.Response:
+        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
+        if v is None:
+            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
+        return web.json_response(v)
+
+    async def _patch_pvc(self, request: web.Request) -> web.Response:
+        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
+        if v is None:
+            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
+        if request.content_type not in ("application/strategic-merge-patch+json",
+                                        "application/merge-patch+json"):
+            return _status(415, "UnsupportedMediaType", f"unsupported patch type {request.content_type}")
+        patch = await request.json()
+        labels = v["metadata"].setdefault("labels", {})
+        for k, val in ((patch.get("metadata") or {}).get("labels") or {}).items():
+            if val is None:
+                labels.pop(k, None)
+            else:
+                labels[k] = val
+        return web.json_response(v)
+
+    async def _delete_pvc(self, request: web.Request) -> web.Response:
+        v = self.pvcs.pop((request.match_info["ns"], request.match_info["name"]), None)
+        if v is None:
+            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
+        return web.json_response(v)
 
     def _visible_gpus(self, p: dict[str, Any]) -> str:
         from skyd.clouds.kubernetes.labels import node_gpus

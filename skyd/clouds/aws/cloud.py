@@ -38,6 +38,9 @@ def known_regions() -> frozenset[str]:
 class AWSCloud(Cloud):
     name = "aws"
     unsupported = frozenset({"bucket_mounts"})
+    config_keys = frozenset({
+        "aws.vpc_name", "aws.use_internal_ips", "aws.labels", "aws.security_group_name",
+        "aws.ssh_user", "aws.remote_identity", "aws.placement_group"})
     provision_timeout_s = 1200.0
     check_ttl_s = 600.0
 

@@ -74,7 +74,8 @@ def node_state(inst: dict[str, Any] | None) -> str:
 async def create(ec2: Any, *, tag: str, name: str, num: int, instance_type: str, zone: str,
                  image: dict[str, Any], key_name: str, sg: str, subnet: str, spot: bool,
                  disk_gb: int, placement_group: str | None, labels: dict[str, str],
-                 ssh_user: str) -> list[dict[str, Any]]:
+                 ssh_user: str, iam_profile: str | None = None,
+                 public_ip: bool = True) -> list[dict[str, Any]]:
     """RunInstances for ``num`` nodes in one subnet; each instance then gets its rank tag."""
     import secrets
 
@@ -86,11 +87,13 @@ async def create(ec2: Any, *, tag: str, name: str, num: int, instance_type: str,
         ImageId=image["ImageId"], InstanceType=instance_type, MinCount=num, MaxCount=num,
         KeyName=key_name, Placement=placement,
         NetworkInterfaces=[{"DeviceIndex": 0, "SubnetId": subnet, "Groups": [sg],
-                            "AssociatePublicIpAddress": True, "DeleteOnTermination": True}],
+                            "AssociatePublicIpAddress": public_ip, "DeleteOnTermination": True}],
         TagSpecifications=tag_specs(tag, name, ("instance", "volume"), extra),
         ClientToken=f"skyd-{secrets.token_hex(12)}",  # botocore's retries stay idempotent
         MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
     )
+    if iam_profile:
+        args["IamInstanceProfile"] = {"Name": iam_profile}
     root = image.get("RootDeviceName")
     if root:
         args["BlockDeviceMappings"] = [{"DeviceName": root, "Ebs": {

@@ -109,6 +109,26 @@ async def default_subnet(ec2: Any, zone: str) -> tuple[str, str]:
     return str(s["VpcId"]), str(s["SubnetId"])
 
 
+async def named_subnet(ec2: Any, vpc_name: str, zone: str) -> tuple[str, str]:
+    """(vpc id, subnet id) in ``zone`` of the VPC tagged ``Name=vpc_name`` (config
+    ``aws.vpc_name``), as SkyPilot looks it up."""
+    out = await ec2.describe_vpcs(Filters=[{"Name": "tag:Name", "Values": [vpc_name]}])
+    vpcs = out.get("Vpcs") or []
+    if not vpcs:
+        raise ResourcesUnavailableError(
+            f"aws/{zone}: no VPC named {vpc_name!r} in this region", scope="region",
+            hint="fix aws.vpc_name in your config, or create the VPC (tag Name) in this region")
+    vpc = str(vpcs[0]["VpcId"])
+    subs = await ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]},
+                                               {"Name": "availability-zone", "Values": [zone]}])
+    subnets = subs.get("Subnets") or []
+    if not subnets:
+        raise ResourcesUnavailableError(
+            f"aws/{zone}: VPC {vpc_name!r} has no subnet in this zone", scope="zone",
+            hint="add a subnet in this zone to the VPC, or pick another zone")
+    return vpc, str(subnets[0]["SubnetId"])
+
+
 def port_ranges(ports: tuple[str, ...] | list[str]) -> list[tuple[int, int]]:
     out = []
     for p in ports:
@@ -122,14 +142,16 @@ def _perm(lo: int, hi: int) -> dict[str, Any]:
             "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "skyd"}]}
 
 
-async def ensure_security_group(ec2: Any, tag: str, name: str, vpc: str, ports: tuple[str, ...]) -> str:
+async def ensure_security_group(ec2: Any, tag: str, name: str, vpc: str, ports: tuple[str, ...],
+                                group_name: str | None = None) -> str:
     """The cluster's security group (made once): SSH and ``ports`` from anywhere, every
-    protocol between members. Two calls when new (create, one authorize)."""
+    protocol between members. Two calls when new (create, one authorize). ``group_name``
+    (config ``aws.security_group_name``): that group, reused when it exists."""
     from botocore.exceptions import ClientError
 
     from skyd.clouds.aws.errors import is_code
 
-    gname = object_name(tag)
+    gname = group_name or object_name(tag)
     try:
         made = await ec2.create_security_group(
             GroupName=gname, Description=f"skyd cluster {name}", VpcId=vpc,

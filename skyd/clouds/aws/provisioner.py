@@ -57,6 +57,33 @@ def _config() -> dict[str, Any]:
     return section("aws")
 
 
+def _per_cluster(value: Any, cluster: str) -> str | None:
+    """A SkyPilot value that is a string, or a list of {cluster-glob: value} (first match)."""
+    import fnmatch
+
+    if isinstance(value, str):
+        return value
+    for item in value or []:
+        for pattern, v in (item or {}).items():
+            if fnmatch.fnmatch(cluster, str(pattern)):
+                return str(v)
+    return None
+
+
+def _sg_name(conf: dict[str, Any], cluster: str) -> str | None:
+    return _per_cluster(conf.get("security_group_name"), cluster)
+
+
+def _iam_profile(conf: dict[str, Any], cluster: str) -> str | None:
+    """``aws.remote_identity``: an instance profile name is attached to the nodes;
+    LOCAL_CREDENTIALS / SERVICE_ACCOUNT / NO_UPLOAD attach none (skyd never copies the
+    workstation's credentials to nodes)."""
+    v = _per_cluster(conf.get("remote_identity"), cluster)
+    if not v or v.upper() in ("LOCAL_CREDENTIALS", "SERVICE_ACCOUNT", "NO_UPLOAD"):
+        return None
+    return v
+
+
 class AWSProvisioner(Provisioner):
     def __init__(self, clients: Clients | None = None, *, zipapp: tuple[Path, str] | None = None) -> None:
         self.clients = clients or Clients()
@@ -190,12 +217,18 @@ class AWSProvisioner(Provisioner):
                 img = await images.given_image(ec2, region, req.image_id, arch, off.instance_type)
             else:
                 img = await images.default_image(ec2, region, off.accelerator, arch, log)
-            ssh_user = images.ssh_user(img)
+            conf = _config()
+            ssh_user = str(conf.get("ssh_user") or images.ssh_user(img))
             key_name = await network.ensure_key_pair(ec2, tag, name, pub)
-            if zone not in self._subnets:
-                self._subnets[zone] = await network.default_subnet(ec2, zone)
-            vpc, subnet = self._subnets[zone]
-            gid = await network.ensure_security_group(ec2, tag, name, vpc, req.ports)
+            vpc_name = conf.get("vpc_name")
+            if vpc_name:
+                vpc, subnet = await network.named_subnet(ec2, str(vpc_name), zone)
+            else:
+                if zone not in self._subnets:
+                    self._subnets[zone] = await network.default_subnet(ec2, zone)
+                vpc, subnet = self._subnets[zone]
+            gid = await network.ensure_security_group(ec2, tag, name, vpc, req.ports,
+                                                      group_name=_sg_name(conf, name))
             pg = None
             if req.num_nodes > 1 and _config().get("placement_group"):
                 pg = await network.ensure_placement_group(ec2, tag, name)
@@ -203,13 +236,16 @@ class AWSProvisioner(Provisioner):
                 ec2, tag=tag, name=name, num=req.num_nodes, instance_type=off.instance_type,
                 zone=zone, image=img, key_name=key_name, sg=gid, subnet=subnet, spot=req.use_spot,
                 disk_gb=req.disk_size or DEFAULT_DISK_GB, placement_group=pg,
-                labels=dict(req.labels), ssh_user=ssh_user)
+                labels={**(conf.get("labels") or {}), **dict(req.labels)}, ssh_user=ssh_user,
+                iam_profile=_iam_profile(conf, name), public_ip=not conf.get("use_internal_ips"))
             have = made
             kind = "spot" if req.use_spot else "on-demand"
             log(f"Created {len(made)} {kind} {off.instance_type} instance(s) in {zone}"
                 f" ({img.get('Name') or img['ImageId']})")
         ids = [str(i["InstanceId"]) for i in have]
-        insts = await instances.wait_running(ec2, tag, ids, where)
+        # aws.use_internal_ips: no public address is coming; the private one is enough
+        insts = await instances.wait_running(ec2, tag, ids, where,
+                                             public=not _config().get("use_internal_ips"))
         log(f"{len(insts)} instance(s) running in {zone}")
         nodes = [self._node(name, rank, i, ssh_user, str(priv), len(insts))
                  for rank, i in enumerate(insts)]
@@ -228,7 +264,7 @@ class AWSProvisioner(Provisioner):
     def _node(self, cluster: str, rank: int, inst: dict[str, Any], user: str, key: str, n: int) -> NodeHandle:
         private = str(inst["PrivateIpAddress"])
         public = inst.get("PublicIpAddress")
-        host = str(public or private)
+        host = private if _config().get("use_internal_ips") else str(public or private)
         return NodeHandle(
             rank=rank, instance_id=str(inst["InstanceId"]), internal_ip=private,
             external_ip=str(public) if public else None,
@@ -316,7 +352,8 @@ class AWSProvisioner(Provisioner):
             ids = [n.instance_id for n in handle.nodes]
             await instances.wait_state(ec2, handle.cluster_tag, ids, ("stopped", "running"))
             await ec2.start_instances(InstanceIds=ids)
-            insts = await instances.wait_running(ec2, handle.cluster_tag, ids, where)
+            insts = await instances.wait_running(ec2, handle.cluster_tag, ids, where,
+                                                 public=not _config().get("use_internal_ips"))
             by_id = {str(i["InstanceId"]): i for i in insts}
             await self._drop_transports(handle.nodes)
             for n in handle.nodes:  # addresses change across a stop

@@ -13,6 +13,8 @@ from skyd.errors import CredentialsError
 class GCPCloud(Cloud):
     name = "gcp"
     unsupported = frozenset({"bucket_mounts"})
+    config_keys = frozenset({"gcp.vpc_name", "gcp.use_internal_ips", "gcp.labels",
+                             "gcp.project_id", "gcp.network", "gcp.ssh_user", "gcp.ssh_port"})
     check_ttl_s = 600.0
 
     def __init__(self) -> None:

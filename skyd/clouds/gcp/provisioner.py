@@ -102,8 +102,16 @@ class GCPProvisioner(Provisioner):
             raise ResourcesUnavailableError(f"gcp/{off.region}: no zone chosen", scope="region")
         where = f"gcp/{off.region}/{zone}"
         key, pub = await nodes.ssh_key()
+        from skyd import config as skyconfig
+
+        self._conf = skyconfig.section("gcp")  # this request's config (SkyPilot's keys too)
+        if self._conf.get("labels"):
+            import dataclasses
+
+            req = dataclasses.replace(req, labels=tuple(
+                {**self._conf["labels"], **dict(req.labels)}.items()))
         user = str(self._conf.get("ssh_user") or "skyd")
-        network = str(self._conf.get("network") or "default")
+        network = str(self._conf.get("vpc_name") or self._conf.get("network") or "default")
         want = {instances.instance_name(tag, r): r for r in range(req.num_nodes)}
         try:
             user = await self._login_user(api, user, pub, log)

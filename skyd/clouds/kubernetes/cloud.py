@@ -67,6 +67,11 @@ def offerings_for(ctx: str, nodes: list[inventory.Node], allow_spot: bool = True
 class KubernetesCloud(Cloud):
     name = NAME
     unsupported = frozenset({"disk_size", "bucket_mounts"})
+    config_keys = frozenset({
+        "kubernetes.allowed_contexts", "kubernetes.namespace", "kubernetes.pod_config",
+        "kubernetes.provision_timeout", "kubernetes.autoscaler", "kubernetes.ports",
+        "kubernetes.pending_timeout_s", "kubernetes.ports_service_type", "kubernetes.image",
+        "kubernetes.image_amd", "kubernetes.image_cpu", "kubernetes.allow_spot"})
     check_ttl_s = 120.0
     provision_timeout_s = 900.0
 

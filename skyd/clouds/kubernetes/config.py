@@ -80,4 +80,34 @@ def pending_timeout_s() -> float:
     raw = os.environ.get("SKYD_K8S_PENDING_TIMEOUT_S")
     if raw:
         return float(raw)
-    return float(settings().get("pending_timeout_s") or DEFAULT_PENDING_S)
+    conf = settings()
+    # SkyPilot's kubernetes.provision_timeout (seconds a pod may wait to be scheduled)
+    return float(conf.get("pending_timeout_s") or conf.get("provision_timeout") or DEFAULT_PENDING_S)
+
+
+#: SkyPilot's kubernetes.ports mode -> the Service type skyd makes for a task's ports.
+PORTS_MODES = {"loadbalancer": "LoadBalancer", "podip": "ClusterIP"}
+
+
+def service_type(conf: dict[str, Any]) -> str:
+    """skyd's ``ports_service_type``, else SkyPilot's ``ports`` mode (``ingress`` is not
+    offered: it needs an ingress controller skyd does not manage; ClusterIP then)."""
+    if conf.get("ports_service_type"):
+        return str(conf["ports_service_type"])
+    return PORTS_MODES.get(str(conf.get("ports") or "").lower(), "ClusterIP")
+
+
+def with_pod_config(manifest: dict[str, Any], conf: dict[str, Any]) -> dict[str, Any]:
+    """SkyPilot's ``kubernetes.pod_config`` merged into a pod manifest the way SkyPilot
+    merges it into its own template (named lists by name, a container without a name into
+    the first container)."""
+    pod_config = conf.get("pod_config")
+    if not pod_config:
+        return manifest
+    import copy
+
+    from skyd.config.layers import merge_k8s
+
+    out = copy.deepcopy(manifest)
+    merge_k8s(out, copy.deepcopy(pod_config))
+    return out

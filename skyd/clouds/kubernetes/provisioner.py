@@ -134,12 +134,13 @@ class KubeProvisioner(Provisioner):
         await self._create(api, "create_namespaced_service", ns, pods.headless_service(svc, tag, ns))
         if req.ports:
             await self._create(api, "create_namespaced_service", ns, pods.ports_service(
-                f"{svc}-ports", tag, ns, list(req.ports), str(conf.get("ports_service_type") or "ClusterIP")))
+                f"{svc}-ports", tag, ns, list(req.ports), config.service_type(conf)))
         names = [pods.pod_name(tag, r) for r in range(req.num_nodes)]
         for r, name in enumerate(names):
-            await self._create(api, "create_namespaced_pod", ns, pods.pod_manifest(
+            await self._create(api, "create_namespaced_pod", ns, config.with_pod_config(pods.pod_manifest(
                 name=name, tag=tag, rank=r, namespace=ns, image=image, cpus=cpus, memory_gib=mem,
-                gpu_key=gpu_key, gpus=gpus, terms=terms, spot=req.use_spot, labels=req.labels, service=svc))
+                gpu_key=gpu_key, gpus=gpus, terms=terms, spot=req.use_spot, labels=req.labels, service=svc),
+                conf))
         log(f"Created {len(names)} pod(s) in {ctx}/{ns} ({off.instance_type}, image {image})")
         running = await self._wait_running(api, tag, names, where, nodes, cpus, mem, gpu_key, gpus,
                                            off.accelerator, bool(conf.get("autoscaler")))
@@ -373,7 +374,7 @@ class KubeProvisioner(Provisioner):
         want = sorted(set(have) | set(ports))
         await self._delete(api, "delete_namespaced_service", svc, api.namespace)
         await self._create(api, "create_namespaced_service", api.namespace, pods.ports_service(
-            svc, handle.cluster_tag, api.namespace, want, str(conf.get("ports_service_type") or "ClusterIP")))
+            svc, handle.cluster_tag, api.namespace, want, config.service_type(conf)))
         handle.extra["ports"] = want
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:

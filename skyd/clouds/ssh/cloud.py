@@ -36,6 +36,7 @@ NEGATIVE_TTL_S = 30.0
 class SSHCloud(Cloud):
     name = "ssh"
     unsupported = frozenset({"spot", "image_id"})
+    config_keys = frozenset({"ssh.allowed_node_pools"})
     check_ttl_s = 0.0  # the check only reads the pools file: asked again on every plan
 
     def __init__(self, pools_path: Path | None = None) -> None:
@@ -44,7 +45,14 @@ class SSHCloud(Cloud):
         self._failed: dict[str, float] = {}  # host key -> monotonic time of a failed probe
 
     def pools(self) -> dict[str, Pool]:
-        return load_pools(self.pools_path)
+        """The node pools, limited to the config's ``ssh.allowed_node_pools`` when set."""
+        from skyd import config
+
+        pools = load_pools(self.pools_path)
+        allowed = config.section("ssh").get("allowed_node_pools")
+        if allowed is None:
+            return pools
+        return {k: v for k, v in pools.items() if k in set(allowed)}
 
     def validate_location(self, region: str | None, zone: str | None) -> None:
         if region:
