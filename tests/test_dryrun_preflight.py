@@ -56,18 +56,23 @@ def test_image_id_on_local_is_not_marked_launchable(daemon: Any, tmp_path: Path)
     assert json.loads(cli("status", "-o", "json").stdout) == []
 
 
-def test_git_workdir_and_missing_sources_are_refused_on_every_row(daemon: Any, tmp_path: Path) -> None:
+def test_git_workdir_plans_and_missing_sources_are_refused_before_the_plan(
+        daemon: Any, tmp_path: Path) -> None:
+    """A git workdir is cloned on this machine at launch (skyd.pipeline.gitworkdir): the dry
+    run plans it as the launch runs it, and clones nothing. A missing local source is refused
+    when the request is submitted (the launch's own precheck), for the dry run as for the
+    launch: exit 2 naming the field, nothing made."""
     y = tmp_path / "git.yaml"
     y.write_text("workdir:\n  url: https://github.com/example/repo.git\n  ref: main\nrun: echo hi\n")
     doc = _plan(y)
-    assert doc["launchable"] is False and "git" in doc["launch_error"]
-    assert all(not c["launch"] and not c["chosen"] for c in doc["tasks"][0]["considered"])
-    assert cli("launch", "-y", "-c", "git", str(y)).returncode != 0
+    assert doc["launchable"] is True and doc["launch_error"] is None
     y2 = tmp_path / "src.yaml"
     y2.write_text(f"file_mounts:\n  /data: {tmp_path / 'nope'}\nrun: echo hi\n")
-    doc = _plan(y2)
-    assert doc["launchable"] is False and "does not exist" in doc["launch_error"]
-    assert "file_mounts./data" in doc["launch_error"]
+    for args in (("launch", "--dryrun", str(y2)), ("launch", "-y", "-c", "src", str(y2))):
+        r = cli(*args)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "file_mounts./data" in r.stderr and "does not exist" in r.stderr
+    assert json.loads(cli("status", "-o", "json").stdout) == []
 
 
 def test_a_launchable_plan_still_says_now(daemon: Any, tmp_path: Path) -> None:

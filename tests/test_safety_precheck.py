@@ -4,7 +4,7 @@ up/jobs pool apply, the SDK, the HTTP API) before anything is created.
 
 Cases: bucket names against each store's rules, unsupported URIs and stores, a local
 source without a bucket name, a store that does not match its source, a missing workdir, a
-workdir that is a file, a missing file-mount source, a git workdir; the HTTP API's
+workdir that is a file, a missing file-mount source; the HTTP API's
 `overrides` with unknown keys and non-string secrets; duplicate YAML keys warned."""
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ CASES: list[tuple[str, str, str]] = [
      "file_mounts./d.source", "list of sources"),
     ("workdir: ./nope\n", "workdir", "does not exist"),
     ("workdir: FILE\n", "workdir", "is a file"),
-    ("workdir:\n  url: https://example.com/r.git\n", "workdir", "git workdir"),
     ("file_mounts:\n  /d: ./nope\n", "file_mounts./d", "does not exist"),
     (SVC + "  tls:\n    keyfile: ./nokey.pem\n    certfile: FILE\n", "service.tls.keyfile",
      "no such file"),

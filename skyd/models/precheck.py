@@ -8,8 +8,8 @@ alike, through ``skyd.pipeline.taskload.load_dag_from_payload``); launch runs it
 the request runs. What needs credentials (a source bucket exists, the cloud accepts the
 image) stays with launch's preflight.
 
-Checked: the workdir (exists, is a directory, is not a git workdir, which launch does not
-support yet), every local file-mount source (exists), every bucket mount (URI scheme,
+Checked: a local workdir (exists, is a directory; a git workdir is cloned at launch, see
+skyd.pipeline.gitworkdir), every local file-mount source (exists), every bucket mount (URI scheme,
 store, bucket-name rules, store vs source, a local source has a bucket name and exists).
 Every mistake of the DAG is reported at once, each naming its field.
 """
@@ -48,7 +48,7 @@ def task_problems(task: Any, prefix: str = "", base_dir: str | None = None
     """Every precheck mistake of one task (``prefix``: e.g. ``tasks[1].``; ``base_dir``:
     where relative paths the loader keeps as written -- service TLS files -- resolve)."""
     from skyd.models._errors import line_for
-    from skyd.models.task import WorkdirGit, load_lines
+    from skyd.models.task import load_lines
 
     unresolved = list(task.required_envs())
     errors: list[InvalidSpecError] = []
@@ -70,11 +70,7 @@ def task_problems(task: Any, prefix: str = "", base_dir: str | None = None
                                        line=line(field)))
 
     wd = task.workdir
-    if isinstance(wd, WorkdirGit):
-        # Launch refuses it (skyd.pipeline.planner.workdir_path): say so before it runs.
-        err("workdir", "a git workdir ({url, ref}) is not supported yet",
-            "clone the repository and give its local path as workdir")
-    elif isinstance(wd, str) and wd and not _unresolved(wd, unresolved):
+    if isinstance(wd, str) and wd and not _unresolved(wd, unresolved):
         why = _path_problem(wd, want_dir=True)
         if why is not None:
             err("workdir", f"workdir {wd[:200]!r} {why}",

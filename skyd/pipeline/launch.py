@@ -39,8 +39,8 @@ def check_local_paths(task: Any) -> None:
     provisioned, so a typo never leaves a cluster behind."""
     from pathlib import Path
 
-    if task.workdir:
-        wd = planner.workdir_path(task)
+    if isinstance(task.workdir, str) and task.workdir:  # a git workdir is cloned at sync
+        wd = task.workdir
         if not Path(wd).expanduser().is_dir():
             raise InvalidSpecError(
                 f"workdir {wd!r} is not a directory", field="workdir",

@@ -3,7 +3,8 @@
 `launch` runs these checks before anything is made (skyd.pipeline.launch and
 skyd.pipeline.provision call them); `launch --dryrun` calls the same functions for every row
 of its plan table, so the LAUNCH column says "now" only where the launch would really go
-ahead (an ``image_id`` on ``local``, a git workdir, a missing local source: refused in both).
+ahead (an ``image_id`` on ``local``, a missing local source: refused in both; a git workdir
+is cloned at launch, so a dry run plans it without cloning).
 
 Not asked by a dry run: whether the task's buckets exist (that needs the storage provider's
 API and credentials; the launch checks it before provisioning too).
