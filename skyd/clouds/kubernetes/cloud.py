@@ -67,6 +67,7 @@ def offerings_for(ctx: str, nodes: list[inventory.Node], allow_spot: bool = True
 class KubernetesCloud(Cloud):
     name = NAME
     unsupported = frozenset({"disk_size", "bucket_mounts"})
+    native_containers = True  # docker:<img> is the pod's image
     check_ttl_s = 120.0
     provision_timeout_s = 900.0
 

@@ -78,7 +78,7 @@ def offerings_from(facts: dict[str, Any]) -> list[Offering]:
 
 class SlurmCloud(Cloud):
     name = "slurm"
-    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "labels"})
+    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "docker_image", "labels"})
     check_ttl_s = 300.0
 
     def __init__(self, config_path: Path | None = None) -> None:

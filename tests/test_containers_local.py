@@ -1,0 +1,128 @@
+"""image_id: docker:<image> on `local`, end to end with real podman (runc): the node agent
+runs inside the task's container; setup/run there; exec reuses it; file mounts at their
+paths; down / stop / start / kill -9 of the agent; bad images fail before setup and leave
+nothing running. Images are built here (tests/fakes/containers.py): no internet."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import containers as fc
+from tests.test_pipeline_support import Env, cli, module_env, write
+
+pytestmark = pytest.mark.skipif(fc.missing() is not None, reason=str(fc.missing()))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    fc.python_image()
+    fc.busybox_image()
+    with module_env(tmp_path_factory, SKYD_CONTAINER_RUNTIME="podman") as e:
+        yield e
+    fc.remove_containers("ctr-")  # safety net: nothing of ours may be left
+
+
+def containers_of(cluster_prefix: str) -> list[str]:
+    """'<name> <state>' of this cluster's containers (state: running, exited, ...)."""
+    out = fc.podman("ps", "-a", "--format", "{{.Names}}", check=False).stdout.decode()
+    names = [n for n in out.split() if n.startswith(f"skyd-{cluster_prefix}-")]
+    return [f"{n} " + fc.podman("inspect", "--format", "{{.State.Status}}", n, check=False)
+            .stdout.decode().strip() for n in names]
+
+
+def launch(env: Env, d: Path, name: str, yaml: str, *extra: str, rc: int = 0) -> str:
+    f = write(d / f"{name}.yaml", yaml)
+    r = cli("launch", "-y", "-c", name, str(f), *extra, timeout=300)
+    assert r.returncode == rc, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout + r.stderr
+
+
+def test_setup_and_run_inside_container_exec_reuses_it(env: Env, tmp_path: Path) -> None:
+    write(tmp_path / "wd" / "code.txt", "code\n")
+    write(tmp_path / "data" / "d.txt", "data\n")
+    yaml = f"""\
+workdir: {tmp_path / 'wd'}
+resources:
+  image_id: docker:{fc.PY_IMAGE}
+file_mounts:
+  /dataset: {tmp_path / 'data'}
+  ~/cfg: {tmp_path / 'data'}
+envs:
+  GREETING: hello
+secrets:
+  TOKEN_S: hush-{os.getpid()}
+setup: |
+  echo installed > /opt-marker
+run: |
+  test -f /run/.containerenv && echo in-container
+  echo "$GREETING rank=$SKYPILOT_NODE_RANK nodes=$SKYPILOT_NUM_NODES"
+  cat code.txt /dataset/d.txt ~/cfg/d.txt
+  echo "secret-len=${{#TOKEN_S}}"
+"""
+    out = launch(env, tmp_path, "ctr-a", yaml)
+    assert "in-container" in out, out
+    assert "hello rank=0 nodes=1" in out
+    assert "code\ndata\ndata" in out
+    assert f"secret-len={len(f'hush-{os.getpid()}')}" in out
+    assert any(" running" in c for c in containers_of("ctr-a")), containers_of("ctr-a")
+    # the secret is in neither the container's configuration nor any command line
+    insp = fc.podman("inspect", containers_of("ctr-a")[0].split()[0]).stdout.decode()
+    assert f"hush-{os.getpid()}" not in insp
+    # exec reuses the container: it sees what setup installed, and nothing is made again
+    f = write(tmp_path / "ex.yaml", "run: cat /opt-marker; test -f /run/.containerenv && echo in-ctr\n")
+    r = cli("exec", "ctr-a", str(f), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "installed" in r.stdout and "in-ctr" in r.stdout
+    assert len(containers_of("ctr-a")) == 1
+    env.ok("down", "-y", "ctr-a", timeout=120)
+    assert containers_of("ctr-a") == []
+
+
+def test_stop_start_and_agent_kill9_find_the_container_again(env: Env, tmp_path: Path) -> None:
+    yaml = f"resources:\n  image_id: docker:{fc.PY_IMAGE}\nsetup: touch /persist\nrun: echo first\n"
+    launch(env, tmp_path, "ctr-b", yaml)
+    env.ok("stop", "-y", "ctr-b", timeout=120)
+    assert any("exited" in c or "stopped" in c for c in containers_of("ctr-b")), containers_of("ctr-b")
+    env.ok("start", "-y", "ctr-b", timeout=180)
+    f = write(tmp_path / "ex.yaml", "run: test -f /persist && echo still-there\n")
+    r = cli("exec", "ctr-b", str(f), timeout=120)
+    assert "still-there" in r.stdout, r.stdout + r.stderr
+    # kill -9 the agent (it runs in the container, in the node's PID namespace)
+    pids = env.agent_pids("ctr-b")
+    assert pids
+    for p in pids:
+        os.kill(p, signal.SIGKILL)
+    time.sleep(0.5)
+    env.ok("status", "-r", timeout=120)
+    r = cli("exec", "ctr-b", str(f), timeout=120)
+    assert r.returncode == 0 and "still-there" in r.stdout, r.stdout + r.stderr
+    assert len(containers_of("ctr-b")) == 1
+    env.ok("down", "-y", "ctr-b", timeout=120)
+    assert containers_of("ctr-b") == []
+
+
+@pytest.mark.parametrize(("image", "words"), [
+    (fc.BB_IMAGE, "has no python3"),
+    ("localhost/skyd-no-such-image:9", "cannot be reached"),  # nothing listens on :80
+])
+def test_bad_image_fails_before_setup_and_leaves_nothing(env: Env, tmp_path: Path, image: str,
+                                                         words: str) -> None:
+    yaml = f"resources:\n  image_id: docker:{image}\nsetup: echo SETUP-RAN\nrun: echo RUN-RAN\n"
+    out = launch(env, tmp_path, "ctr-bad", yaml, rc=4)
+    assert words in out and image in out, out
+    assert "SETUP-RAN" not in out and "Traceback" not in out
+    assert containers_of("ctr-bad") == []
+    assert env.status("ctr-bad") is None
+
+
+def test_empty_docker_image_is_bad_input(env: Env, tmp_path: Path) -> None:
+    f = write(tmp_path / "t.yaml", "run: echo hi\n")
+    r = cli("launch", "-y", "-c", "ctr-e", str(f), "--image-id", "docker:", timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "image_id" in r.stderr and "needs an image name" in r.stderr
