@@ -129,3 +129,34 @@ def wrap(inner: Transport, extra: dict[str, Any] | None) -> Transport:
     if not d:
         return inner
     return ContainerTransport(inner, rt.ContainerSpec.from_dict(d))
+
+
+async def prepare(t: Transport, extra: dict[str, Any], *, rank: int, node_dir: str, home: str,
+                  log: Any, request: rt.ContainerRequest | None = None, cluster_tag: str = "",
+                  resolve: Any = None, label: str = "") -> Transport:
+    """The transport to start a node's agent over: ``t`` itself, or, for a node with a
+    container (recorded in ``extra['container']``, or asked for by ``request``), the
+    running container (found again, started again, or made) wrapped around ``t``."""
+    import os
+
+    if request is not None and not extra.get("container"):
+        spec = request.spec(cluster_tag=cluster_tag, rank=rank, node_dir=node_dir, home=home, resolve=resolve)
+        extra["container"] = spec.to_dict()
+    d = extra.get("container")
+    if not d:
+        return t
+    spec = rt.ContainerSpec.from_dict(d)
+    await rt.ensure(t, spec, log, creds=request.login if request is not None else None,
+                    want=os.environ.get("SKYD_CONTAINER_RUNTIME", ""), label=label or f"node {rank}")
+    extra["container"] = spec.to_dict()
+    return ContainerTransport(t, spec)
+
+
+async def node_op(t: Transport, extra: dict[str, Any] | None, op: str) -> None:
+    """``stop`` or ``remove`` the node's container, if it has one (over the node's own
+    transport)."""
+    d = (extra or {}).get("container")
+    if not d:
+        return
+    spec = rt.ContainerSpec.from_dict(d)
+    await (rt.stop(t, spec) if op == "stop" else rt.remove(t, spec))
