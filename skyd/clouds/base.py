@@ -158,9 +158,10 @@ def requested_features(req: ProvisionRequest) -> set[str]:
         used.add("ports")
     if req.disk_size is not None:
         used.add("disk_size")
-    if req.image_id:
-        # a container image (docker:) is a feature of its own: VM-image-less infras run it
-        used.add("docker_image" if req.image_id.startswith("docker:") else "image_id")
+    if req.container is not None:  # docker:<img> run in a container on the nodes
+        used.add("docker_image")
+    elif req.image_id:
+        used.add("image_id")
     if req.labels:
         used.add("labels")
     return used

@@ -212,7 +212,7 @@ class LocalProvisioner(Provisioner):
             nd = Path(node.node_dir)
             if req.container is not None:  # image_id docker:<img>: the agent runs inside
                 spec = req.container.spec(
-                    cluster_tag=req.cluster_tag, rank=node.rank, node_dir=str(nd), home=str(nd / "home"),
+                    rank=node.rank, node_dir=str(nd), home=str(nd / "home"),
                     resolve=lambda dst: str(self._sandbox_path(nd, dst)),
                     extra_binds=[str(self.cluster_dir(req.cluster_name))])
                 node.extra["container"] = spec.to_dict()

@@ -93,6 +93,9 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
     r = _resources_for(task, choice)
     disk = getattr(r, "disk_size", None) if r is not None else None
     image_id = _image_for(getattr(r, "image_id", None), choice.offering.region)
+    # docker:<img> on an infra that runs containers on its nodes: the node keeps the
+    # provider's default VM image, and the task runs in the container (docs/containers.md).
+    container = container_request(task, image_id, choice, tag or name)
     return ProvisionRequest(
         cluster_name=name,
         num_nodes=task.num_nodes,
@@ -100,15 +103,15 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
         use_spot=choice.use_spot,
         disk_size=int(disk) if disk and int(disk) != DEFAULT_DISK_SIZE_GB else None,
         ports=tuple(str(p) for p in (getattr(r, "ports", None) or ())),
-        image_id=image_id,
+        image_id=None if container is not None else image_id,
         labels=tuple(sorted((getattr(r, "labels", None) or {}).items())),
         token=token or secrets.token_urlsafe(24),
         tag=tag,
-        container=container_request(task, image_id, choice),
+        container=container,
     )
 
 
-def container_request(task: Any, image_id: str | None, choice: planner.Choice) -> Any:
+def container_request(task: Any, image_id: str | None, choice: planner.Choice, tag: str) -> Any:
     """What the nodes' containers need (image_id docker:<img> on an infra that runs the
     task's container on its nodes; docs/containers.md), or None."""
     from skyd.transports.container_runtime import ContainerRequest, RegistryLogin, image_of
@@ -133,7 +136,7 @@ def container_request(task: Any, image_id: str | None, choice: planner.Choice) -
 
         info = get_accelerator_info(off.accelerator)
         vendor = info.vendor if info is not None and info.vendor in ("nvidia", "amd") else None
-    return ContainerRequest(image=image, mounts=tuple(mounts), run_options=run_options(opts),
+    return ContainerRequest(image=image, cluster_tag=tag, mounts=tuple(mounts), run_options=run_options(opts),
                             gpu_vendor=vendor, gpu_count=float(off.accelerator_count or 0),
                             login=RegistryLogin.from_envs(envs, image))
 

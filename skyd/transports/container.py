@@ -132,7 +132,7 @@ def wrap(inner: Transport, extra: dict[str, Any] | None) -> Transport:
 
 
 async def prepare(t: Transport, extra: dict[str, Any], *, rank: int, node_dir: str, home: str,
-                  log: Any, request: rt.ContainerRequest | None = None, cluster_tag: str = "",
+                  log: Any, request: rt.ContainerRequest | None = None,
                   resolve: Any = None, label: str = "") -> Transport:
     """The transport to start a node's agent over: ``t`` itself, or, for a node with a
     container (recorded in ``extra['container']``, or asked for by ``request``), the
@@ -140,7 +140,7 @@ async def prepare(t: Transport, extra: dict[str, Any], *, rank: int, node_dir: s
     import os
 
     if request is not None and not extra.get("container"):
-        spec = request.spec(cluster_tag=cluster_tag, rank=rank, node_dir=node_dir, home=home, resolve=resolve)
+        spec = request.spec(rank=rank, node_dir=node_dir, home=home, resolve=resolve)
         extra["container"] = spec.to_dict()
     d = extra.get("container")
     if not d:

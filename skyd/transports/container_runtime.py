@@ -157,16 +157,18 @@ class ContainerRequest:
     providers turn it into one ``ContainerSpec`` per node). ``login`` is never stored."""
 
     image: str
+    cluster_tag: str = ""  # names the containers (skyd-<tag>-<rank>) and labels them
     mounts: tuple[str, ...] = ()  # absolute file-mount destinations (bound at their paths)
     run_options: tuple[str, ...] = ()  # docker.run_options
     gpu_vendor: str | None = None
     gpu_count: float = 0
     login: RegistryLogin | None = field(default=None, repr=False, compare=False)
 
-    def spec(self, *, cluster_tag: str, rank: int, node_dir: str, home: str,
+    def spec(self, *, rank: int, cluster_tag: str = "", node_dir: str, home: str,
              resolve: Callable[[str], str] | None = None, extra_binds: Sequence[str] = ()) -> ContainerSpec:
         """The node's container: the node dir, the jobs' HOME (and ``extra_binds``) at their
         own paths, each absolute file-mount destination from where the node keeps it."""
+        cluster_tag = cluster_tag or self.cluster_tag or "cluster"
         binds: list[tuple[str, str]] = []
         for p in (home, node_dir, *extra_binds):
             if p and not any(p == b[1] or p.startswith(b[1].rstrip("/") + "/") for b in binds):
@@ -398,8 +400,8 @@ async def create(t: Transport, spec: ContainerSpec) -> None:
         args += ["-e", f"{k}={v}"]
     args += gpu_flags(spec.kind, spec.gpu_vendor)
     tail = [*spec.run_options, spec.image, "-c", _KEEPALIVE]
-    if spec.binds:
-        await t.run(["mkdir", "-p", *[src for src, _ in spec.binds]], check=True, timeout=60)
+    await t.run(["mkdir", "-p", *[src for src, _ in spec.binds], *([spec.auth_dir] if spec.auth_dir else [])],
+                check=True, timeout=60)
     limits = await _node_ulimits(t) if spec.kind == "podman" else [None]
     res = RunResult(1, "", "")
     for lim in limits:

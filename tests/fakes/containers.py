@@ -194,3 +194,20 @@ def remove_containers(label_value_prefix: str) -> None:
         cid, _, labels = line.partition(" ")
         if f"skyd-cluster:{label_value_prefix}" in labels:
             podman("rm", "-f", cid, check=False)
+
+
+def remove_bound_under(root: Path) -> int:
+    """Remove containers with a bind mount from under ``root`` (a fake VM going away takes
+    its containers with it, as a deleted VM does)."""
+    if not PODMAN or not RUNC:
+        return 0
+    ids = podman("ps", "-aq", check=False).stdout.decode().split()
+    gone = 0
+    prefix = str(root).rstrip("/") + "/"
+    for cid in ids:
+        srcs = podman("inspect", "--format", "{{range .Mounts}}{{.Source}} {{end}}", cid,
+                      check=False).stdout.decode().split()
+        if any(s.startswith(prefix) for s in srcs):
+            podman("rm", "-f", cid, check=False)
+            gone += 1
+    return gone

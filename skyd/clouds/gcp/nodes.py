@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import posixpath
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -20,7 +21,7 @@ from skyd import paths
 from skyd.clouds.base import LogFn, NodeHandle
 from skyd.clouds.ssh.provisioner import SSHProvisioner, _record, _site
 from skyd.errors import ResourcesUnavailableError, SkydError
-from skyd.transports import agent_deploy
+from skyd.transports import agent_deploy, container
 from skyd.transports.ssh import SSHConnectError, SSHTarget
 
 KEY_NAME = "skyd-vm-ed25519"
@@ -65,8 +66,10 @@ def node_handle(rank: int, instance_id: str, internal: str, connect: str, *, num
 
 
 async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
-                 zipapp: tuple[Path, str], log: LogFn) -> None:
-    """Wait for sshd, then start this build's agent on the node (kept if it already runs)."""
+                 zipapp: tuple[Path, str], log: LogFn, container_req: Any = None) -> None:
+    """Wait for sshd, then start this build's agent on the node (kept if it already runs);
+    inside the task's container for image_id docker:<img> (``container_req`` at launch,
+    ``node.extra['container']`` after)."""
     assert node.ssh is not None
     t = ssh.transport(SSHTarget.from_dict(node.ssh))
     with anyio.move_on_after(SSH_WAIT_S):
@@ -86,7 +89,9 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
         node.node_dir = posixpath.join(base, "nodes", f"{cluster}-{node.rank}")
         node.extra.update(home=home, base=base)
         site = _site(node, cluster)
-        info = await agent_deploy.start(t, site, token, zipapp)
+        at = await container.prepare(t, node.extra, rank=node.rank, node_dir=node.node_dir, home=home,
+                                     log=log, request=container_req)
+        info = await agent_deploy.start(at, site, token, zipapp)
     except ResourcesUnavailableError:
         raise
     except (SkydError, OSError) as e:

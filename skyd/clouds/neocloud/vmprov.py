@@ -188,7 +188,7 @@ class VMProvisioner(Provisioner):
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
                                       if h.ssh and h.extra.get(self.name_key) in todo])
         zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, req.container)
                       for n in hnodes])
         handle = ClusterHandle(
             cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,

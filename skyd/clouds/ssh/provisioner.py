@@ -178,8 +178,7 @@ class SSHProvisioner(Provisioner):
         site = _site(node, cluster)
         at = await container.prepare(
             t, node.extra, rank=node.rank, node_dir=node.node_dir, home=str(node.extra.get("home") or ""),
-            log=log, request=req.container if req is not None else None,
-            cluster_tag=req.cluster_tag if req is not None else "", label=f"node {node.rank}")
+            log=log, request=req.container if req is not None else None, label=f"node {node.rank}")
         info = await agent_deploy.start(at, site, token, await self._zip())
         _record(node, site, info)
         return info
