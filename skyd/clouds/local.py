@@ -485,17 +485,14 @@ async def _remove_tagged_containers(tag: str) -> None:
     """Containers of a cluster whose launch died before its handle was saved (by label)."""
     import shutil as _sh
 
+    if not (_sh.which("podman") or _sh.which("docker")):
+        return
     from skyd.transports import container_runtime as crt
 
-    for exe in ("podman", "docker"):
-        path = _sh.which(exe)
-        if path:
-            runc = _sh.which("runc") if exe == "podman" else None
-            rt = [path, "--runtime", runc] if runc else [path]
-            try:
-                await crt.remove_tagged(LocalTransport("/"), tag, rt)
-            except OSError:
-                pass
+    t = LocalTransport("/")
+    res = await t.run(crt.FIND_RUNTIME, timeout=30)
+    for rt in crt.parse_runtimes(res.stdout):
+        await crt.remove_tagged(t, tag, rt)
 
 
 def _agents_on(node_dir: Path) -> list[int]:

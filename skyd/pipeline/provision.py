@@ -192,7 +192,9 @@ def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecErr
         dst, src = next(iter(planner.bucket_mounts(task).items()))
         return InvalidSpecError(f"bucket mount {src!r} is not supported on the {where} infra",
                                 field=f"file_mounts.{dst}", hint=f"use a local path; {hint}")
-    return InvalidSpecError(f"{feature} is not supported on the {where} infra",
+    what = ("container images (image_id: docker:<image>) are" if feature == "docker_image"
+            else f"{feature} is")
+    return InvalidSpecError(f"{what} not supported on the {where} infra",
                             field=FEATURE_FIELDS.get(feature, feature), hint=hint)
 
 

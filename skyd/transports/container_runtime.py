@@ -253,6 +253,27 @@ else echo "no apt-get, dnf or yum" >&2; exit 3; fi
 """
 
 
+# every runtime on the node (no install): for leak cleanup by label
+FIND_RUNTIME = r"""
+command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && echo "docker $(command -v docker)"
+if command -v podman >/dev/null 2>&1; then
+  rt=""; for c in /usr/sbin/runc /usr/bin/runc /usr/local/sbin/runc /usr/local/bin/runc; do [ -x "$c" ] && { rt="$c"; break; }; done
+  echo "podman $(command -v podman) $rt"
+fi
+true
+"""
+
+
+def parse_runtimes(out: str) -> list[list[str]]:
+    """FIND_RUNTIME's lines -> runtime argv prefixes."""
+    found = []
+    for line in out.splitlines():
+        w = line.split()
+        if len(w) >= 2 and w[0] in ("docker", "podman"):
+            found.append([w[1], "--runtime", w[2]] if len(w) > 2 else [w[1]])
+    return found
+
+
 async def find_runtime(t: Transport, log: LogFn, *, want: str = "", label: str = "") -> list[str]:
     """The runtime's argv prefix on the node; installs podman when none is there."""
     env = {"SKYD_WANT": want} if want else None

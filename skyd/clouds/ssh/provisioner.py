@@ -327,11 +327,36 @@ class SSHProvisioner(Provisioner):
         return stats.files, stats.bytes
 
     async def forget(self, partial: PartialHandle) -> None:
-        """A launch that died before it had a handle: give its reserved hosts back."""
+        """A launch that died before it had a handle: remove the containers it may have
+        started (image_id docker:, found by their cluster-tag label), then give its reserved
+        hosts back."""
         from skyd.clouds.ssh.state import release, state_dir
 
         if (state_dir() / "allocations.db").exists():
+            mine = [k for k, c in (await allocations()).items() if c == partial.cluster_name]
+            if mine:
+                await self._forget_containers(mine, partial.tag)
             await release(partial.cluster_name)
+
+    async def _forget_containers(self, keys: list[str], tag: str) -> None:
+        from skyd.transports import container_runtime as crt
+
+        hosts = {h.key: h for p in load_pools(self.pools_path).values() for h in p.hosts}
+
+        async def one(h: PoolHost) -> None:
+            with anyio.move_on_after(30):
+                try:
+                    t = self.transport(h.target())
+                    res = await t.run(crt.FIND_RUNTIME, timeout=20, idempotent=True)
+                    for rt in crt.parse_runtimes(res.stdout):
+                        await crt.remove_tagged(t, tag, rt)
+                except (SkydError, OSError):
+                    pass  # unreachable: nothing more can be done from here
+
+        async with anyio.create_task_group() as tg:
+            for k in keys:
+                if k in hosts:
+                    tg.start_soon(one, hosts[k])
 
     async def close(self) -> None:
         for t in list(self._transports.values()):
