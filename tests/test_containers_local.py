@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(fc.missing() is not None, reason=str(fc.missing(
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     fc.python_image()
     fc.busybox_image()
-    with module_env(tmp_path_factory, SKYD_CONTAINER_RUNTIME="podman") as e:
+    # no SKYD_CONTAINER_RUNTIME: the node's runtime is found (a docker CLI without a daemon
+    # answering is passed over for podman)
+    with module_env(tmp_path_factory) as e:
         yield e
     fc.remove_containers("ctr-")  # safety net: nothing of ours may be left
 
@@ -103,8 +105,51 @@ def test_stop_start_and_agent_kill9_find_the_container_again(env: Env, tmp_path:
     r = cli("exec", "ctr-b", str(f), timeout=120)
     assert r.returncode == 0 and "still-there" in r.stdout, r.stdout + r.stderr
     assert len(containers_of("ctr-b")) == 1
+    # kill -9 of the daemon: a new one finds the cluster, its container and agent again
+    env.kill9_daemon()
+    env.start_daemon()
+    r = cli("exec", "ctr-b", str(f), timeout=120)
+    assert r.returncode == 0 and "still-there" in r.stdout, r.stdout + r.stderr
+    assert len(containers_of("ctr-b")) == 1
     env.ok("down", "-y", "ctr-b", timeout=120)
     assert containers_of("ctr-b") == []
+
+
+def test_two_nodes_each_run_in_their_own_container(env: Env, tmp_path: Path) -> None:
+    yaml = (f"num_nodes: 2\nresources:\n  image_id: docker:{fc.PY_IMAGE}\n"
+            "run: test -f /run/.containerenv && echo rank-$SKYPILOT_NODE_RANK-of-$SKYPILOT_NUM_NODES-in\n")
+    out = launch(env, tmp_path, "ctr-m", yaml)
+    assert "rank-0-of-2-in" in out and "rank-1-of-2-in" in out, out
+    assert sorted(c.split()[1] for c in containers_of("ctr-m")) == ["running", "running"]
+    env.ok("down", "-y", "ctr-m", timeout=120)
+    assert containers_of("ctr-m") == []
+
+
+@pytest.mark.anyio
+async def test_leak_pass_removes_a_half_made_clusters_containers(tmp_path: Path) -> None:
+    """A daemon killed after the container started but before the handle was saved: the
+    partial handle's `forget` finds the container by its cluster-tag label."""
+    from skyd.clouds.base import PartialHandle
+    from skyd.clouds.local import LocalProvisioner
+    from skyd.transports import container_runtime as crt
+    from skyd.transports.local import LocalTransport
+
+    root = tmp_path / "local"
+    prov = LocalProvisioner(root)
+    nd = prov.node_dir("ctr-leak", 0)
+    nd.mkdir(parents=True)
+    tag = f"ctr-leak-{os.getpid()}"
+    spec = crt.ContainerRequest(image=fc.PY_IMAGE, cluster_tag=tag).spec(rank=0, node_dir=str(nd), home=str(nd))
+    await crt.ensure(LocalTransport(nd), spec, lambda _m: None)
+    assert containers_of(f"ctr-leak-{os.getpid()}") != []
+    await prov.forget(PartialHandle("ctr-leak", "local", "local", None, tag))
+    assert containers_of(f"ctr-leak-{os.getpid()}") == []
+    assert not nd.exists()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.mark.parametrize(("image", "words"), [
