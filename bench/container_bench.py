@@ -87,7 +87,7 @@ async def main(repeat: int) -> None:
         host = await stack.enter_async_context(FakeSSHHost(tmp / "h", "127.0.0.2", pub))
         write_pools(Path(os.environ["SKYD_CONFIG_DIR"]), {"pool": [host]}, priv)
         async with daemon(SKYD_CONTAINER_RUNTIME="podman"):
-            await run_until_line(["launch", "-y", "-c", "warm", "echo up"], "up")  # catalog, zipapp
+            await run_until_line(["launch", "-y", "-c", "warm", "--infra", "local", "echo up"], "up")  # catalog, zipapp
             await run_until_line(["down", "-y", "warm"], "")
             rows: dict[str, list[float]] = {}
             for infra in ("local", "ssh/pool"):
@@ -105,7 +105,7 @@ async def main(repeat: int) -> None:
                 print(f"  {k}: {fmt(xs)}")
             execs: dict[str, list[float]] = {}
             for name, extra in (("plain", []), ("ctr", ctr)):
-                await run_until_line(["launch", "-y", "-c", name, *extra, "echo up"], "up")
+                await run_until_line(["launch", "-y", "-c", name, "--infra", "local", *extra, "echo up"], "up")
             for _ in range(repeat * 2):  # interleaved: load changes hit both alike
                 for name in ("plain", "ctr"):
                     f, _t, _o = await run_until_line(["exec", name, "echo FIRST"], "FIRST")

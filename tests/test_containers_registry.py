@@ -138,7 +138,8 @@ async def test_pull_failures_are_one_clear_message_and_leave_nothing(
     with pytest.raises(ResourcesUnavailableError) as ei:
         await crt.ensure(t, spec, lambda _m: None, creds=creds, want="podman")
     e = ei.value
-    assert words in e.message and e.field == "resources.image_id" and e.scope == "stop", e.message
+    assert words in e.message and e.field == "resources.image_id" and e.scope == "stop", (
+        e.message, e.provider_message)
     assert "wrong" not in str(e.to_dict()) and registry.password not in str(e.to_dict())
     assert _gone(spec)
 

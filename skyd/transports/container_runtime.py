@@ -208,6 +208,9 @@ def classify_pull(image: str, out: str, server: str | None = None) -> ResourcesU
     """One clear message for a failed pull (or login), from the runtime's own words."""
     low = out.lower()
     reg = server or registry_of(image)
+    if "manifest unknown" in low or "name unknown" in low:  # the registry answered: no such image
+        return _err(f"container image {image} was not found in {reg}",
+                    "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
     if any(s in low for s in ("unauthorized", "authentication required", "denied", "401",
                               "incorrect username or password", "invalid username/password")):
         return _err(f"registry {reg} refused the credentials for {image}",
@@ -251,6 +254,47 @@ elif command -v dnf >/dev/null 2>&1; then $S dnf install -y -q podman runc
 elif command -v yum >/dev/null 2>&1; then $S yum install -y -q podman runc
 else echo "no apt-get, dnf or yum" >&2; exit 3; fi
 """
+
+
+# One round trip for what `ensure` needs to know first: the runtime (unless known), the
+# container's state, whether the image is there (and its architecture), the node's
+# architecture and hard limits. env: SKYD_RT (known runtime argv), SKYD_WANT, NAME, IMAGE.
+_PROBE = "find_rt() {\n" + _FIND.replace("exit 0", "return 0") + "}\n" + r"""
+if [ -n "$SKYD_RT" ]; then line="known $SKYD_RT"; else line=$(find_rt); fi
+echo "runtime $line"
+set -- $line
+case "$1" in
+  known) shift; R="$*" ;;
+  docker) R="$2" ;;
+  podman) R="$2${3:+ --runtime $3}" ;;
+  *) exit 0 ;;
+esac
+st=$($R inspect --format '{{.State.Status}}' "$NAME" 2>/dev/null) || st="-"
+echo "state ${st:--}"
+if a=$($R image inspect --format '{{.Architecture}}' "$IMAGE" 2>/dev/null); then echo "image present $a"; else echo "image absent"; fi
+echo "arch $(uname -m)"
+echo "limits $(ulimit -Hn) $(ulimit -Hu)"
+"""
+
+
+async def probe(t: Transport, spec: ContainerSpec, want: str = "") -> dict[str, list[str]]:
+    """_PROBE's answers by their first word."""
+    env = {"NAME": spec.name, "IMAGE": spec.image, "SKYD_WANT": want, "SKYD_RT": shlex.join(spec.runtime)}
+    res = await t.run(_PROBE, env=env, timeout=90, idempotent=True)
+    out: dict[str, list[str]] = {}
+    for line in res.stdout.splitlines():
+        w = line.split()
+        if w:
+            out[w[0]] = w[1:]
+    return out
+
+
+def _limits(words: list[str]) -> list[tuple[int, int]]:
+    vals = [int(v) if v.isdigit() else 1 << 20 for v in words[:2]] + [1 << 20, 1 << 20]
+    nofile, nproc = vals[0], vals[1]
+    tries = [(nofile, nproc), (nofile, min(nproc, 32768)), (min(nofile, 4096), min(nproc, 4096)),
+             (min(nofile, 1024), min(nproc, 1024))]
+    return list(dict.fromkeys(tries))
 
 
 # every runtime on the node (no install): for leak cleanup by label
@@ -402,14 +446,10 @@ async def _node_ulimits(t: Transport) -> list[tuple[int, int]]:
     the container gets the node's own hard limits, or lower ones where the runtime refuses
     those (tried in this order)."""
     res = await t.run(["sh", "-c", "ulimit -Hn; ulimit -Hu"], timeout=30, idempotent=True)
-    vals = [int(v) if v.isdigit() else 1 << 20 for v in res.stdout.split()[:2]] + [1 << 20, 1 << 20]
-    nofile, nproc = vals[0], vals[1]
-    tries = [(nofile, nproc), (nofile, min(nproc, 32768)), (min(nofile, 4096), min(nproc, 4096)),
-             (min(nofile, 1024), min(nproc, 1024))]
-    return list(dict.fromkeys(tries))
+    return _limits(res.stdout.split())
 
 
-async def create(t: Transport, spec: ContainerSpec) -> None:
+async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]] | None = None) -> None:
     """``run -d`` the container: host network and PID namespace, the binds at their paths,
     GPU flags, ``run_options`` last (they may override); PID 1 only sleeps."""
     args = ["run", "-d", "--name", spec.name,
@@ -423,9 +463,11 @@ async def create(t: Transport, spec: ContainerSpec) -> None:
     tail = [*spec.run_options, spec.image, "-c", _KEEPALIVE]
     await t.run(["mkdir", "-p", *[src for src, _ in spec.binds], *([spec.auth_dir] if spec.auth_dir else [])],
                 check=True, timeout=60)
-    limits = await _node_ulimits(t) if spec.kind == "podman" else [None]
+    tries: list[tuple[int, int] | None] = [None]
+    if spec.kind == "podman":
+        tries = list(limits or await _node_ulimits(t))
     res = RunResult(1, "", "")
-    for lim in limits:
+    for lim in tries:
         extra = ["--ulimit", f"nofile={lim[0]}:{lim[0]}", "--ulimit", f"nproc={lim[1]}:{lim[1]}"] if lim else []
         res = await _rt(t, spec, [*args, *extra, *tail], timeout=300)
         if res.ok or "setting rlimit" not in res.stderr:
@@ -516,12 +558,17 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
     """Make the node's container run (found again, started again, or created: runtime,
     login, pull, checks). Fills ``spec.runtime``. A failure leaves no container behind."""
     label = label or f"node {spec.rank}"
-    if not spec.runtime:
-        spec.runtime = await find_runtime(t, log, want=want, label=label)
-    st = await state(t, spec)
+    facts = await probe(t, spec, want)
+    rt_words = facts.get("runtime") or ["none"]
+    if rt_words[0] == "none":
+        spec.runtime = await find_runtime(t, log, want=want, label=label)  # installs one
+        facts = await probe(t, spec, want)
+    elif rt_words[0] != "known":
+        spec.runtime = parse_runtimes(" ".join(rt_words))[0]
+    st = (facts.get("state") or ["-"])[0]
     if st == "running":
         return spec
-    if st:
+    if st != "-":
         res = await _rt(t, spec, ["start", spec.name], timeout=120)
         if res.ok:
             log(f"{label}: container {spec.name} started again")
@@ -530,12 +577,18 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
     try:
         if creds is not None:
             await login(t, spec, creds, log)
-        if await image_present(t, spec):
+        img = facts.get("image") or ["absent"]
+        if img[0] == "present":
             log(f"{label}: image {spec.image} is on the node")
+            have = img[1] if len(img) > 1 else ""
+            want_arch = _ARCH.get((facts.get("arch") or [""])[0], (facts.get("arch") or [""])[0])
+            if have and want_arch and have != want_arch:
+                raise _err(f"container image {spec.image} is built for {have}, but the node runs {want_arch}",
+                           f"use a {want_arch} (or multi-arch) build of the image")
         else:
             await pull(t, spec, log, label)
-        await check_arch(t, spec)
-        await create(t, spec)
+            await check_arch(t, spec)
+        await create(t, spec, _limits(facts.get("limits") or []))
         await check_inside(t, spec)
         await check_gpus(t, spec)
     except BaseException:
