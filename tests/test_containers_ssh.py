@@ -28,9 +28,25 @@ def user_containers() -> list[str]:
     return [n for n in out.split() if n.startswith("skyd-")]
 
 
+def remove_user_containers() -> None:
+    """What an earlier, interrupted run may have left in the test user's podman store."""
+    subprocess.run(["runuser", "-u", USER, "--", "sh", "-c",
+                    "cd ~ && podman system migrate; podman ps -aq --filter name=skyd-sshctr- | xargs -r podman rm -f"],
+                   capture_output=True, timeout=120)
+
+
+def user_container_states() -> list[str]:
+    out = subprocess.run(["runuser", "-u", USER, "--", "sh", "-c",
+                          "cd ~ && podman ps -a --filter name=skyd- --format '{{.Names}}' | "
+                          "xargs -r podman inspect --format '{{.State.Status}}'"],
+                         capture_output=True, text=True, timeout=120).stdout
+    return out.split()
+
+
 async def test_private_image_on_ssh_pool_runs_agent_inside_and_down_removes_it(
         skyd_home: Path, tmp_path: Path) -> None:
     fc.python_image()
+    remove_user_containers()
     work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     reg = fc.Registry(tmp_path / "registry").start()
     data = tmp_path / "data"
@@ -62,9 +78,18 @@ async def test_private_image_on_ssh_pool_runs_agent_inside_and_down_removes_it(
                 assert len(user_containers()) == 1, user_containers()
                 r = await cli("exec", "sshctr", "cat /installed")
                 assert r.returncode == 0 and "from-setup" in r.stdout, r
+                # stop stops the container too; start finds it by name and starts it again
+                r = await cli("stop", "-y", "sshctr", timeout=180)
+                assert r.returncode == 0, r
+                assert user_container_states() == ["exited"], user_container_states()
+                r = await cli("start", "-y", "sshctr", timeout=300)
+                assert r.returncode == 0, r
+                r = await cli("exec", "sshctr", "cat /installed")
+                assert r.returncode == 0 and "from-setup" in r.stdout, r
                 r = await cli("down", "-y", "sshctr")
                 assert r.returncode == 0, r
                 assert user_containers() == []
     finally:
         reg.stop()
+        remove_user_containers()
         shutil.rmtree(work, ignore_errors=True)

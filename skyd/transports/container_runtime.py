@@ -281,6 +281,8 @@ async def probe(t: Transport, spec: ContainerSpec, want: str = "") -> dict[str, 
     """_PROBE's answers by their first word."""
     env = {"NAME": spec.name, "IMAGE": spec.image, "SKYD_WANT": want, "SKYD_RT": shlex.join(spec.runtime)}
     res = await t.run(_PROBE, env=env, timeout=90, idempotent=True)
+    if "system migrate" in res.stderr and spec.runtime and await _heal(t, spec, res.stderr):
+        res = await t.run(_PROBE, env=env, timeout=90, idempotent=True)
     out: dict[str, list[str]] = {}
     for line in res.stdout.splitlines():
         w = line.split()
@@ -355,7 +357,18 @@ async def _rt(t: Transport, spec: ContainerSpec, args: Sequence[str], *, input: 
         argv = ["sh", "-c", f'mkdir -p {shlex.quote(spec.auth_dir)} && chmod 700 {shlex.quote(spec.auth_dir)}'
                 f' && {{ [ -f {shlex.quote(posixpath.join(spec.auth_dir, "auth.json"))} ] || '
                 f'echo "{{}}" > {shlex.quote(posixpath.join(spec.auth_dir, "auth.json"))}; }} && exec "$@"', "sh", *argv]
-    return await t.run(argv, input=input, timeout=timeout)
+    res = await t.run(argv, input=input, timeout=timeout)
+    if not res.ok and await _heal(t, spec, res.stderr):
+        res = await t.run(argv, input=input, timeout=timeout)
+    return res
+
+
+async def _heal(t: Transport, spec: ContainerSpec, err: str) -> bool:
+    """Rootless podman whose pause process was killed (a `kill -9` of the user's processes)
+    refuses every command until `podman system migrate`: do that once, say whether to retry."""
+    if spec.kind != "podman" or "system migrate" not in err:
+        return False
+    return (await t.run([*spec.runtime, "system", "migrate"], timeout=120)).ok
 
 
 def _tls_flags(spec: ContainerSpec, server: str) -> list[str]:
@@ -383,7 +396,7 @@ async def image_present(t: Transport, spec: ContainerSpec) -> bool:
     return res.ok
 
 
-async def pull(t: Transport, spec: ContainerSpec, log: LogFn, label: str) -> None:
+async def pull(t: Transport, spec: ContainerSpec, log: LogFn, label: str, _healed: bool = False) -> None:
     """Pull the image; its progress lines go to the launch log as they come."""
     d = posixpath.join(spec.auth_dir or "/tmp", f"pull-{spec.rank}")  # noqa: S108 - a node dir
     out, rc = posixpath.join(d, "out"), posixpath.join(d, "rc")
@@ -424,6 +437,8 @@ async def pull(t: Transport, spec: ContainerSpec, log: LogFn, label: str) -> Non
             raise _err(f"pulling {spec.image} took more than {PULL_TIMEOUT_S:g}s", "check the registry")
     full = await t.run(["sh", "-c", f"cat {q(out)}; rm -rf {q(d)}"], timeout=60)
     if code != 0:
+        if not _healed and await _heal(t, spec, full.stdout):
+            return await pull(t, spec, log, label, _healed=True)
         raise classify_pull(spec.image, full.stdout)
 
 
