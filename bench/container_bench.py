@@ -91,15 +91,13 @@ async def main(repeat: int) -> None:
             await run_until_line(["launch", "-y", "-c", "warm", "--infra", "local", "echo up"], "up")  # catalog, zipapp
             await run_until_line(["down", "-y", "warm"], "")
             rows: dict[str, list[float]] = {}
-            for infra in ("local", "ssh/pool"):
-                for label, extra in (("no container", []), ("container (image on the node)", ctr)):
-                    key = f"{infra:9s} {label}"
-                    rows[key] = []
-                    for i in range(repeat):
+            for i in range(repeat):  # interleaved: load changes hit every row alike
+                for infra in ("local", "ssh/pool"):
+                    for label, extra in (("no container", []), ("container (image on the node)", ctr)):
                         name = f"b{i}"
                         f, _t, _o = await run_until_line(
                             ["launch", "-y", "-c", name, "--infra", infra, *extra, "echo FIRST"], "FIRST")
-                        rows[key].append(f)
+                        rows.setdefault(f"{infra:9s} {label}", []).append(f)
                         await run_until_line(["down", "-y", name], "")
             print("launch -> first output line (new cluster):")
             for k, xs in rows.items():

@@ -294,7 +294,8 @@ async def probe(t: Transport, spec: ContainerSpec, want: str = "") -> dict[str, 
 def _limits(words: list[str]) -> list[tuple[int, int]]:
     vals = [int(v) if v.isdigit() else 1 << 20 for v in words[:2]] + [1 << 20, 1 << 20]
     nofile, nproc = vals[0], vals[1]
-    tries = [(nofile, nproc), (nofile, min(nproc, 32768)), (min(nofile, 4096), min(nproc, 4096)),
+    # conmon caps its own nproc at 32768, and the container cannot exceed it: start there
+    tries = [(nofile, min(nproc, 32768)), (nofile, nproc), (min(nofile, 4096), min(nproc, 4096)),
              (min(nofile, 1024), min(nproc, 1024))]
     return list(dict.fromkeys(tries))
 
@@ -475,7 +476,10 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
     for k, v in spec.env.items():
         args += ["-e", f"{k}={v}"]
     args += gpu_flags(spec.kind, spec.gpu_vendor)
-    tail = [*spec.run_options, spec.image, "-c", _KEEPALIVE]
+    # PID 1 first writes whether the image can run the agent (python3, bash) into the bound
+    # node dir (read by check_inside without another exec), then only sleeps.
+    probe = f"( {_CHECK} ) > {shlex.quote(_check_file(spec))} 2>&1; " if spec.auth_dir else ""
+    tail = [*spec.run_options, spec.image, "-c", probe + _KEEPALIVE]
     await t.run(["mkdir", "-p", *[src for src, _ in spec.binds], *([spec.auth_dir] if spec.auth_dir else [])],
                 check=True, timeout=60)
     tries: list[tuple[int, int] | None] = [None]
@@ -537,9 +541,20 @@ async def exec_argv(spec: ContainerSpec, argv: Sequence[str], *, interactive: bo
     return [*out, spec.name, *argv]
 
 
+def _check_file(spec: ContainerSpec) -> str:
+    return posixpath.join(spec.auth_dir, "image-check")
+
+
 async def check_inside(t: Transport, spec: ContainerSpec) -> None:
-    """The agent needs python3 >= 3.8 and bash in the image (it runs inside)."""
-    res = await t.run(await exec_argv(spec, ["/bin/sh", "-c", _CHECK]), timeout=60)
+    """The agent needs python3 >= 3.8 and bash in the image (it runs inside). PID 1 wrote
+    the answer into the bound node dir; without one (no node dir), ask with an exec."""
+    if spec.auth_dir:
+        f = shlex.quote(_check_file(spec))
+        res = await t.run(["sh", "-c", f"i=0; while [ $i -lt 300 ]; do if grep -qE '^(ok|no|old)' {f} 2>/dev/null;"
+                                       f" then cat {f}; exit 0; fi; i=$((i+1)); sleep 0.05; done; cat {f}"],
+                          timeout=60)
+    else:
+        res = await t.run(await exec_argv(spec, ["/bin/sh", "-c", _CHECK]), timeout=60)
     word = (res.stdout.strip().splitlines() or ["?"])[-1]
     if word == "ok":
         return
