@@ -171,3 +171,28 @@ def test_empty_docker_image_is_bad_input(env: Env, tmp_path: Path) -> None:
     r = cli("launch", "-y", "-c", "ctr-e", str(f), "--image-id", "docker:", timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "image_id" in r.stderr and "needs an image name" in r.stderr
+
+
+@pytest.mark.anyio
+async def test_a_stopped_container_is_started_again_by_the_next_command(tmp_path: Path) -> None:
+    """A node rebooted (or someone ran `podman stop`): the container transport starts it
+    again and runs the command, instead of failing every agent operation."""
+    from skyd.transports import container_runtime as crt
+    from skyd.transports.container import ContainerTransport
+    from skyd.transports.local import LocalTransport
+
+    nd = tmp_path / "node"
+    nd.mkdir()
+    tag = f"ctr-restart-{os.getpid()}"
+    spec = crt.ContainerRequest(image=fc.PY_IMAGE, cluster_tag=tag).spec(rank=0, node_dir=str(nd), home=str(nd))
+    t = LocalTransport(nd)
+    await crt.ensure(t, spec, lambda _m: None)
+    try:
+        fc.podman("stop", "-t", "1", spec.name)
+        assert containers_of(tag) == [f"{spec.name} exited"]
+        r = await ContainerTransport(t, spec).run("echo back; test -f /run/.containerenv && echo inside")
+        assert r.ok and r.stdout.split() == ["back", "inside"], r
+        assert containers_of(tag) == [f"{spec.name} running"]
+    finally:
+        await crt.remove(t, spec)
+    assert containers_of(tag) == []

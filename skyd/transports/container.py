@@ -27,8 +27,8 @@ from skyd.transports.base import AgentAddress, CommandError, RunResult, Transpor
 
 __all__ = ["ContainerTransport", "wrap"]
 
-#: exit codes with which docker/podman exec say the container is not running or gone
-_NOT_RUNNING = ("is not running", "no such container", "container state improper", "not running")
+#: how docker/podman exec say the container is not running (podman exits 255, docker 1)
+_NOT_RUNNING = ("is not running", "container state improper", "only create exec sessions on running")
 
 
 class ContainerTransport(Transport):
@@ -58,8 +58,7 @@ class ContainerTransport(Transport):
     ) -> RunResult:
         command = command_line(cmd, env)
         res = await self.inner.run(self._exec(command), input=input, timeout=timeout, idempotent=idempotent)
-        if not res.ok and res.exit_status in (125, 126, 127) and any(
-                s in res.stderr.lower() for s in _NOT_RUNNING):
+        if not res.ok and any(s in res.stderr.lower() for s in _NOT_RUNNING):
             # The node rebooted or someone stopped it: start it again once, then retry.
             if await rt.state(self.inner, self.spec) not in ("", "running"):
                 await self.inner.run([*self.spec.runtime, "start", self.spec.name], timeout=120)

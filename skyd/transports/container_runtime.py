@@ -494,8 +494,13 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
         await _rt(t, spec, ["rm", "-f", spec.name], timeout=120)
     if not res.ok:
         await remove(t, spec)
-        raise _err(f"the container of {spec.image} did not start", "check docker.run_options and the image",
-                   res.stderr.strip() or res.stdout.strip())
+        hint = "check docker.run_options and the image"
+        if spec.gpu_vendor == "nvidia":
+            hint += ("; NVIDIA GPUs need the NVIDIA container toolkit on the node (docker), or its CDI"
+                     " spec (podman: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)")
+        elif spec.gpu_vendor == "amd":
+            hint += "; AMD GPUs need /dev/kfd and /dev/dri on the node (the amdgpu driver)"
+        raise _err(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
 
 
 async def remove(t: Transport, spec: ContainerSpec) -> None:
