@@ -7,6 +7,8 @@ image, a registry that is down, and an image of another architecture; nothing le
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -194,3 +196,41 @@ def test_gpu_flags_per_vendor() -> None:
         assert flag in amd
     assert amd[amd.index("--ipc") + 1] == "host"
     assert crt.gpu_flags("podman", None) == []
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[fc.Dockerd]:
+    if not fc.DOCKERD or os.geteuid() != 0:
+        pytest.skip("dockerd is not installed (apt-get install docker.io) or not root")
+    d = fc.Dockerd(Path(tempfile.mkdtemp(prefix="skyd-dockerd-", dir="/tmp"))).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.mark.anyio
+async def test_docker_runtime_private_pull_exec_and_remove(
+        registry: fc.Registry, dockerd: fc.Dockerd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker path: a daemon that answers is chosen; login with --password-stdin into
+    the cluster's own --config dir; pull, run, exec, rm."""
+    monkeypatch.setenv("DOCKER_HOST", dockerd.host)
+    image = f"{registry.addr}/team/py:1"
+    spec = _spec(tmp_path, image, "docker")
+    creds = crt.RegistryLogin(registry.addr, registry.user, registry.password)
+    t = LocalTransport(tmp_path / "node")
+    logs: list[str] = []
+    try:
+        with CmdlineWatch() as w:
+            await crt.ensure(t, spec, logs.append, creds=creds)  # no `want`: found on the node
+        assert spec.kind == "docker", spec.runtime
+        assert not [c for c in w.seen if registry.password in c]
+        assert (Path(spec.auth_dir) / "config.json").exists()  # not the user's ~/.docker
+        r = await ContainerTransport(t, spec).run("python3 -c 'print(6*7)'; echo $HOME")
+        assert r.stdout.split() == ["42", str(tmp_path / "node")], r
+        insp = subprocess.run(["docker", "inspect", spec.name], capture_output=True, text=True).stdout
+        assert registry.password not in insp and '"NetworkMode": "host"' in insp
+    finally:
+        await crt.remove(t, spec)
+    gone = subprocess.run(["docker", "inspect", spec.name], capture_output=True)
+    assert gone.returncode != 0

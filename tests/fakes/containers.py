@@ -211,3 +211,49 @@ def remove_bound_under(root: Path) -> int:
             podman("rm", "-f", cid, check=False)
             gone += 1
     return gone
+
+
+DOCKERD = shutil.which("dockerd")
+
+
+class Dockerd:
+    """A private dockerd (its own socket, data root and exec root under a temp dir; no
+    iptables, no bridge: host networking only), so nothing else on the machine sees it."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.sock = workdir / "docker.sock"
+        self.host = f"unix://{self.sock}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Dockerd:
+        assert DOCKERD
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [DOCKERD, "-H", self.host, "--data-root", str(self.dir / "data"), "--exec-root",
+             str(self.dir / "exec"), "--pidfile", str(self.dir / "dockerd.pid"), "--iptables=false",
+             "--ip6tables=false", "--bridge=none", "--storage-driver=vfs"],
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / "dockerd.log", "wb"))  # noqa: SIM115
+        end = time.time() + 60
+        while time.time() < end:
+            r = subprocess.run(["docker", "-H", self.host, "info"], capture_output=True)
+            if r.returncode == 0:
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("dockerd did not start: " + (self.dir / "dockerd.log").read_text()[-2000:])
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            subprocess.run(["docker", "-H", self.host, "rm", "-f", *subprocess.run(
+                ["docker", "-H", self.host, "ps", "-aq"], capture_output=True, text=True).stdout.split()],
+                capture_output=True)
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
