@@ -115,6 +115,24 @@ def test_stop_start_and_agent_kill9_find_the_container_again(env: Env, tmp_path:
     assert containers_of("ctr-b") == []
 
 
+def test_autostop_stops_then_down_removes_the_container(env: Env, tmp_path: Path) -> None:
+    import skyd.sdk as sdk
+    from tests.test_pipeline_support import wait_for
+
+    launch(env, tmp_path, "ctr-auto", f"resources:\n  image_id: docker:{fc.PY_IMAGE}\nrun: echo a\n")
+    rid = sdk.submit("autostop", {"clusters": ["ctr-auto"], "idle_minutes": 0.05})
+    sdk.get_result(rid)
+    # the agent, inside the container, stops itself after 3 s idle; the daemon sees it
+    wait_for(lambda: (env.status("ctr-auto") or {}).get("status") == "STOPPED", timeout=30, interval=0.3)
+    assert env.agent_pids("ctr-auto") == []
+    env.ok("start", "ctr-auto", "-y", timeout=180)
+    rid = sdk.submit("autostop", {"clusters": ["ctr-auto"], "idle_minutes": 0.05, "down": True})
+    sdk.get_result(rid)
+    wait_for(lambda: env.status("ctr-auto") is None, timeout=30, interval=0.3)
+    assert containers_of("ctr-auto") == []
+    assert env.agent_pids("ctr-auto") == []
+
+
 def test_two_nodes_each_run_in_their_own_container(env: Env, tmp_path: Path) -> None:
     yaml = (f"num_nodes: 2\nresources:\n  image_id: docker:{fc.PY_IMAGE}\n"
             "run: test -f /run/.containerenv && echo rank-$SKYPILOT_NODE_RANK-of-$SKYPILOT_NUM_NODES-in\n")
