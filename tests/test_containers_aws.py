@@ -29,7 +29,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, aws: Cloud) -> Iterator[Env]:
         yield e
     assert aws.leftovers() == {}
     # The fake's SSH hosts outlive their instances (a real VM takes its containers along).
-    fc.remove_containers("aws-ctr")
+    fc.remove_bound_under(aws.hosts.root if aws.hosts else Path("/nonexistent"))
 
 
 def test_docker_image_on_aws_uses_the_default_ami_and_runs_in_the_container(

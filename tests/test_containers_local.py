@@ -27,7 +27,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     # answering is passed over for podman)
     with module_env(tmp_path_factory) as e:
         yield e
-    fc.remove_containers("ctr-")  # safety net: nothing of ours may be left
+    left = fc.bound_under(e.home)
+    fc.remove_bound_under(e.home)  # safety net
+    assert left == [], f"containers left after down -a: {left}"
 
 
 def containers_of(cluster_prefix: str) -> list[str]:
@@ -131,6 +133,26 @@ def test_autostop_stops_then_down_removes_the_container(env: Env, tmp_path: Path
     wait_for(lambda: env.status("ctr-auto") is None, timeout=30, interval=0.3)
     assert containers_of("ctr-auto") == []
     assert env.agent_pids("ctr-auto") == []
+
+
+def test_managed_job_runs_in_a_container_that_goes_with_its_cluster(env: Env, tmp_path: Path) -> None:
+    import json
+
+    from skyd import sdk
+    from tests.test_pipeline_support import wait_for
+
+    f = write(tmp_path / "mj.yaml", f"name: ctr-mj\nresources:\n  image_id: docker:{fc.PY_IMAGE}\n"
+                                    "run: test -f /run/.containerenv && echo managed-in-container\n")
+    r = cli("jobs", "launch", "-d", "-o", "json", str(f), timeout=120)
+    assert r.returncode == 0, r.stderr
+    jid = int(json.loads(r.stdout)["job_id"])
+    wait_for(lambda: sdk.get(f"/v1/jobs/{jid}")["status"] in ("SUCCEEDED", "FAILED", "FAILED_SETUP",
+                                                             "FAILED_PRECHECKS", "CANCELLED"),
+             timeout=180, interval=0.5)
+    assert sdk.get(f"/v1/jobs/{jid}")["status"] == "SUCCEEDED"
+    logs = cli("jobs", "logs", str(jid), "--no-follow", timeout=60)
+    assert "managed-in-container" in logs.stdout, logs.stdout + logs.stderr
+    wait_for(lambda: fc.bound_under(env.home) == [], timeout=60, interval=0.5)  # gone with the cluster
 
 
 def test_two_nodes_each_run_in_their_own_container(env: Env, tmp_path: Path) -> None:

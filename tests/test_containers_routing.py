@@ -97,3 +97,21 @@ def test_bad_docker_references_are_bad_input(image_id: str) -> None:
     with pytest.raises(InvalidSpecError) as ei:
         task({"resources": {"image_id": image_id}})
     assert ei.value.field is not None and "image_id" in ei.value.field
+
+
+def test_pull_errors_are_classified_by_what_the_registry_said() -> None:
+    from skyd.transports.container_runtime import classify_pull
+
+    img = "127.0.0.1:40163/team/py:1"  # a port with "401" in it is no auth error
+    cases = {
+        'Get "http://127.0.0.1:40163/v2/": dial tcp 127.0.0.1:40163: connect: connection refused':
+            "cannot be reached",
+        "reading manifest 1 in 127.0.0.1:40163/team/py: manifest unknown": "was not found",
+        "unable to retrieve auth token: invalid username/password: unauthorized": "refused the credentials",
+        "Error response from daemon: pull access denied for x, repository does not exist": "refused",
+        "no matching manifest for linux/arm64 in the manifest list entries": "no build for",
+    }
+    for out, words in cases.items():
+        e = classify_pull(img, out)
+        assert words in e.message, (out, e.message)
+        assert e.field == "resources.image_id" and e.scope == "stop"

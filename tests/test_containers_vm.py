@@ -48,7 +48,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, fakes: tuple[FakeDO, FakeDO]) 
                                             "SKYD_CONTAINER_RUNTIME": "podman"}
     with guarded_module_env(tmp_path_factory, base / "netguard.log", env_vars) as e:
         yield e
-    fc.remove_containers("vmc")
+    assert fc.bound_under(do.root) == []
 
 
 def test_docker_image_on_a_vm_cloud_uses_the_default_vm_image_and_the_container(

@@ -211,15 +211,15 @@ def classify_pull(image: str, out: str, server: str | None = None) -> ResourcesU
     if "manifest unknown" in low or "name unknown" in low:  # the registry answered: no such image
         return _err(f"container image {image} was not found in {reg}",
                     "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
-    if any(s in low for s in ("unauthorized", "authentication required", "denied", "401",
-                              "incorrect username or password", "invalid username/password")):
-        return _err(f"registry {reg} refused the credentials for {image}",
-                    "check SKYPILOT_DOCKER_USERNAME / SKYPILOT_DOCKER_PASSWORD (a secret) and"
-                    " SKYPILOT_DOCKER_SERVER", out)
     if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "network is unreachable",
                               "no route to host", "connection reset", "server misbehaving", "tls:")):
         return _err(f"registry {reg} cannot be reached from the node to pull {image}",
                     "check the registry's address and that it is up", out)
+    if any(s in low for s in ("unauthorized", "authentication required", "denied", "status 401",
+                              "incorrect username or password", "invalid username/password")):
+        return _err(f"registry {reg} refused the credentials for {image}",
+                    "check SKYPILOT_DOCKER_USERNAME / SKYPILOT_DOCKER_PASSWORD (a secret) and"
+                    " SKYPILOT_DOCKER_SERVER", out)
     if any(s in low for s in ("manifest unknown", "not found", "name unknown", "does not exist",
                               "no such image", "repository does not exist")):
         return _err(f"container image {image} was not found in {reg}",

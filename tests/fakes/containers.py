@@ -185,32 +185,29 @@ class Registry:
             self.proc = None
 
 
-def remove_containers(label_value_prefix: str) -> None:
-    """Remove test containers whose skyd-cluster label starts with a prefix (cleanup)."""
-    if not PODMAN:
-        return
-    out = podman("ps", "-a", "--format", "{{.ID}} {{.Labels}}", check=False).stdout.decode()
-    for line in out.splitlines():
-        cid, _, labels = line.partition(" ")
-        if f"skyd-cluster:{label_value_prefix}" in labels:
-            podman("rm", "-f", cid, check=False)
+def bound_under(root: Path) -> list[str]:
+    """Names of containers with a bind mount from under ``root`` (this test's own: runs of
+    other checkouts on the same machine share podman's store)."""
+    if not PODMAN or not RUNC:
+        return []
+    ids = podman("ps", "-aq", check=False).stdout.decode().split()
+    prefix = str(root).rstrip("/") + "/"
+    out = []
+    for cid in ids:
+        got = podman("inspect", "--format", "{{.Name}} {{range .Mounts}}{{.Source}} {{end}}", cid,
+                     check=False).stdout.decode().split()
+        if got and any(s.startswith(prefix) for s in got[1:]):
+            out.append(got[0])
+    return out
 
 
 def remove_bound_under(root: Path) -> int:
     """Remove containers with a bind mount from under ``root`` (a fake VM going away takes
-    its containers with it, as a deleted VM does)."""
-    if not PODMAN or not RUNC:
-        return 0
-    ids = podman("ps", "-aq", check=False).stdout.decode().split()
-    gone = 0
-    prefix = str(root).rstrip("/") + "/"
-    for cid in ids:
-        srcs = podman("inspect", "--format", "{{range .Mounts}}{{.Source}} {{end}}", cid,
-                      check=False).stdout.decode().split()
-        if any(s.startswith(prefix) for s in srcs):
-            podman("rm", "-f", cid, check=False)
-            gone += 1
-    return gone
+    its containers with it, as a deleted VM does; a test's safety net)."""
+    names = bound_under(root)
+    for n in names:
+        podman("rm", "-f", n, check=False)
+    return len(names)
 
 
 DOCKERD = shutil.which("dockerd")
