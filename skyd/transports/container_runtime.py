@@ -22,11 +22,12 @@ It owns, for ``image_id: docker:<image>`` (docs/containers.md):
   the cluster tag and rank), started again after a stop or reboot, removed with the cluster.
 
 Everything runs through the node's own ``Transport`` (local, ssh, relay), as argv lists.
+Image references, credentials and the meaning of a registry's errors are in
+``container_images``; the transport that runs the agent inside is ``container``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import posixpath
 import re
 import shlex
@@ -37,84 +38,27 @@ from typing import Any
 
 import anyio
 
-from skyd.errors import InvalidSpecError, ResourcesUnavailableError
 from skyd.transports.base import RunResult, Transport
+from skyd.transports.container_images import (
+    DOCKER_ENVS,
+    RegistryLogin,
+    _err,
+    _loopback,
+    check_image,
+    classify_pull,
+    image_of,
+    registry_of,
+)
 
 LogFn = Callable[[str], None]
 
 LABEL_CLUSTER = "skyd-cluster"
 LABEL_RANK = "skyd-rank"
 PULL_TIMEOUT_S = 3600.0
-_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
-_USERNAME, _PASSWORD, _SERVER = "SKYPILOT_DOCKER_USERNAME", "SKYPILOT_DOCKER_PASSWORD", "SKYPILOT_DOCKER_SERVER"
-DOCKER_ENVS = (_USERNAME, _PASSWORD, _SERVER)
 # What keeps the container alive: PID 1 of the container, ended by `stop` (TERM).
 _KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
          "ppc64le": "ppc64le", "s390x": "s390x", "armv7l": "arm"}  # fmt: skip
-
-
-def image_of(image_id: str | None) -> str | None:
-    """``docker:<image>`` -> ``<image>`` (checked); None for anything else (a VM image)."""
-    if not image_id or not image_id.startswith("docker:"):
-        return None
-    return check_image(image_id[len("docker:"):])
-
-
-def check_image(image: str) -> str:
-    """A container image reference, or InvalidSpecError naming the field and the fix."""
-    img = image.strip()
-    if not img:
-        raise InvalidSpecError("'docker:' needs an image name", field="resources.image_id",
-                               hint="e.g. image_id: docker:ubuntu:22.04")
-    if not _REF.match(img) or "//" in img or img.endswith((":", "/", "@")):
-        raise InvalidSpecError(f"{img!r} is not a container image reference",
-                               field="resources.image_id",
-                               hint="use [registry/]name[:tag][@sha256:digest], e.g. docker:rocm/pytorch:latest")
-    return img
-
-
-@dataclass(frozen=True)
-class RegistryLogin:
-    """Credentials for a private registry. In memory only: never stored, logged or shown."""
-
-    server: str
-    username: str
-    password: str = field(repr=False)
-
-    @classmethod
-    def from_envs(cls, envs: dict[str, Any], image: str) -> RegistryLogin | None:
-        """SkyPilot's ``SKYPILOT_DOCKER_*`` variables (task envs or secrets); the server
-        defaults to the image's registry. InvalidSpecError when only some are set."""
-        got = {k: str(envs[k]) for k in DOCKER_ENVS if envs.get(k)}
-        if not got:
-            return None
-        if _USERNAME not in got or _PASSWORD not in got:
-            missing = [k for k in (_USERNAME, _PASSWORD) if k not in got]
-            raise InvalidSpecError(f"registry login needs {' and '.join(missing)} as well",
-                                   field=f"envs.{missing[0]}",
-                                   hint="set SKYPILOT_DOCKER_USERNAME and SKYPILOT_DOCKER_PASSWORD"
-                                        " (as a secret), and SKYPILOT_DOCKER_SERVER")
-        server = got.get(_SERVER) or registry_of(image)
-        return cls(server=server, username=got[_USERNAME], password=got[_PASSWORD])
-
-
-def registry_of(image: str) -> str:
-    """The registry host of an image reference (docker.io when it names none)."""
-    first, sep, _ = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
-def _loopback(server: str) -> bool:
-    host = server.split("/")[0].rsplit(":", 1)[0] if not server.startswith("[") else server[1:].split("]")[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass
@@ -197,38 +141,6 @@ def gpu_flags(kind: str, vendor: str | None) -> list[str]:
         return ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video",
                 "--group-add", "render", "--ipc", "host", "--security-opt", "seccomp=unconfined"]
     return []
-
-
-def _err(message: str, hint: str, provider: str = "") -> ResourcesUnavailableError:
-    return ResourcesUnavailableError(message, field="resources.image_id", hint=hint,
-                                     provider_message=provider[-600:] or None, no_failover=True)
-
-
-def classify_pull(image: str, out: str, server: str | None = None) -> ResourcesUnavailableError:
-    """One clear message for a failed pull (or login), from the runtime's own words."""
-    low = out.lower()
-    reg = server or registry_of(image)
-    if "manifest unknown" in low or "name unknown" in low:  # the registry answered: no such image
-        return _err(f"container image {image} was not found in {reg}",
-                    "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
-    if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "network is unreachable",
-                              "no route to host", "connection reset", "server misbehaving", "tls:")):
-        return _err(f"registry {reg} cannot be reached from the node to pull {image}",
-                    "check the registry's address and that it is up", out)
-    if any(s in low for s in ("unauthorized", "authentication required", "denied", "status 401",
-                              "incorrect username or password", "invalid username/password")):
-        return _err(f"registry {reg} refused the credentials for {image}",
-                    "check SKYPILOT_DOCKER_USERNAME / SKYPILOT_DOCKER_PASSWORD (a secret) and"
-                    " SKYPILOT_DOCKER_SERVER", out)
-    if any(s in low for s in ("manifest unknown", "not found", "name unknown", "does not exist",
-                              "no such image", "repository does not exist")):
-        return _err(f"container image {image} was not found in {reg}",
-                    "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
-    if "no image found in manifest list" in low or "no matching manifest" in low:
-        return _err(f"container image {image} has no build for this node's architecture",
-                    "use a multi-arch image or one built for the node's architecture", out)
-    return _err(f"pulling container image {image} failed", "check the image name, the registry"
-                " and the credentials", out)
 
 
 # -- the node's runtime --------------------------------------------------------------------
