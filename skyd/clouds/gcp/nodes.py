@@ -101,6 +101,14 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
     log(f"Node {node.rank} ({node.ssh['host']}): agent {info.get('state')} on port {node.agent_port}")
 
 
+def keep_containers(new: list[NodeHandle], old: dict[int, Any]) -> None:
+    """Node handles rebuilt on `start` keep their task container (image_id docker:), so
+    `deploy` starts it again and runs the agent inside."""
+    for n in new:
+        if old.get(n.rank):
+            n.extra["container"] = old[n.rank]
+
+
 async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:
     """Drop skyd's recorded host keys for addresses that now belong to new VMs (cloud
     addresses are reused: the next VM on an address has a new key, which is no attack)."""

@@ -266,8 +266,10 @@ class VMProvisioner(Provisioner):
             raise self.classify(e, where, bool(handle.zone)) from None
         await nodes.drop_transports(self._ssh, handle.nodes)  # addresses and ports may change
         key, _ = await nodes.ssh_key()
+        ctrs = {n.rank: n.extra.get("container") for n in handle.nodes}  # image_id docker:
         handle.nodes = [self._node(running[str(n.extra.get(self.name_key))], n.rank, len(handle.nodes))
                         for n in handle.nodes]
+        nodes.keep_containers(handle.nodes, ctrs)
         for h in handle.nodes:
             h.ssh["identity_file"] = str(key)  # type: ignore[index]
         zipapp = await self._zip()
