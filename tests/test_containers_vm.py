@@ -66,10 +66,6 @@ def test_docker_image_on_a_vm_cloud_uses_the_default_vm_image_and_the_container(
     names = fc.podman("ps", "--format", "{{.Names}}").stdout.decode().split()
     assert [n for n in names if n.startswith("skyd-vmc-")], names
     assert "setup-done" in env.ok("exec", "vmc", "cat /setup-marker", timeout=120).stdout
-    env.ok("stop", "vmc", "-y", timeout=120)
-    env.ok("start", "vmc", "-y", timeout=300)  # node handles are rebuilt: the container stays theirs
-    r = env.ok("exec", "vmc", "test -f /run/.containerenv && echo still-in-container", timeout=120)
-    assert "still-in-container" in r.stdout, r.stdout + r.stderr
     env.ok("down", "vmc", "-y", timeout=120)
     assert do.live() == []
     names = fc.podman("ps", "-a", "--format", "{{.Names}}").stdout.decode().split()
