@@ -234,3 +234,38 @@ async def test_docker_runtime_private_pull_exec_and_remove(
         await crt.remove(t, spec)
     gone = subprocess.run(["docker", "inspect", spec.name], capture_output=True)
     assert gone.returncode != 0
+
+
+@pytest.mark.anyio
+async def test_a_node_without_a_runtime_gets_podman_installed_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No docker or podman on the node's PATH: the node's package manager installs podman
+    (here a stand-in apt-get that links the real one into the node's PATH: a test may not
+    run the real one on a shared machine), the launch log says so, and the container runs."""
+    fc.python_image()
+    farm = tmp_path / "bin"
+    farm.mkdir()
+    skip = {"podman", "docker", "apt-get", "dnf", "yum", "dockerd"}
+    for d in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        if os.path.isdir(d):
+            for name in os.listdir(d):
+                if name not in skip and not (farm / name).exists():
+                    (farm / name).symlink_to(os.path.join(d, name))
+    apt = farm / "apt-get"
+    apt.write_text(f"#!/bin/sh\necho \"apt-get $*\" >> {tmp_path}/apt.log\n"
+                   f"ln -s {fc.PODMAN} {farm}/podman\n")
+    apt.chmod(0o755)
+    monkeypatch.setenv("PATH", str(farm))
+    spec = _spec(tmp_path, fc.PY_IMAGE, "install")
+    t = LocalTransport(tmp_path / "node")
+    logs: list[str] = []
+    try:
+        await crt.ensure(t, spec, logs.append)
+        assert "install -y -q podman runc" in (tmp_path / "apt.log").read_text()
+        text = "\n".join(logs)
+        assert "no docker or podman found: installing podman" in text and "podman installed" in text, text
+        r = await ContainerTransport(t, spec).run("python3 -c 'print(1+1)'")
+        assert r.stdout.strip() == "2"
+    finally:
+        await crt.remove(t, spec)
+    assert _gone(spec)

@@ -415,6 +415,26 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
         raise _err(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
 
 
+_CDI = r"""
+ls /etc/cdi/nvidia.yaml /var/run/cdi/nvidia*.yaml >/dev/null 2>&1 && { echo have; exit 0; }
+command -v nvidia-ctk >/dev/null 2>&1 || { echo notoolkit; exit 0; }
+if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else echo noroot; exit 0; fi
+$S mkdir -p /etc/cdi && $S nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >/dev/null 2>&1 && echo made || echo failed
+"""
+
+
+async def _nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
+    """podman reaches NVIDIA GPUs through the toolkit's CDI spec: generate it when the
+    toolkit is there and the spec is not (best effort; `run` says what is missing)."""
+    res = await t.run(_CDI, timeout=120)
+    word = res.stdout.strip()
+    if word == "made":
+        log(f"{label}: generated the NVIDIA CDI spec for podman (nvidia-ctk cdi generate)")
+    elif word == "notoolkit":
+        log(f"{label}: warning: no NVIDIA container toolkit (nvidia-ctk) on the node: podman cannot"
+            " give the container its GPUs")
+
+
 async def remove(t: Transport, spec: ContainerSpec) -> None:
     """Remove the container (running or not) and the cluster's registry credentials."""
     if not spec.runtime:
@@ -535,6 +555,8 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
         else:
             await pull(t, spec, log, label)
             await check_arch(t, spec)
+        if spec.gpu_vendor == "nvidia" and spec.kind == "podman":
+            await _nvidia_cdi(t, log, label)
         await create(t, spec, _limits(facts.get("limits") or []))
         await check_inside(t, spec)
         await check_gpus(t, spec)
