@@ -29,9 +29,12 @@ def user_containers() -> list[str]:
 
 
 def remove_user_containers() -> None:
-    """What an earlier, interrupted run may have left in the test user's podman store."""
+    """What this or an earlier, interrupted run left in the test user's podman store
+    (containers, and the image pulled from this run's registry)."""
     subprocess.run(["runuser", "-u", USER, "--", "sh", "-c",
-                    "cd ~ && podman system migrate; podman ps -aq --filter name=skyd-sshctr- | xargs -r podman rm -f"],
+                    "cd ~ && podman system migrate; podman ps -aq --filter name=skyd-sshctr- | xargs -r podman rm -f;"
+                    " podman images --format '{{.Repository}}:{{.Tag}}' | grep '/team/ssh-py:1$' |"
+                    " xargs -r podman rmi -f"],
                    capture_output=True, timeout=120)
 
 
