@@ -84,6 +84,14 @@ run: |
     assert r.returncode == 0, r.stderr
     assert "installed" in r.stdout and "in-ctr" in r.stdout
     assert len(containers_of("ctr-a")) == 1
+    # another image on this cluster: refused with the fix, nothing changed
+    g = write(tmp_path / "other.yaml", f"resources:\n  image_id: docker:{fc.BB_IMAGE}\nrun: echo should-not-run\n")
+    r = cli("launch", "-y", "-c", "ctr-a", str(g), timeout=120)
+    assert r.returncode != 0 and "should-not-run" not in r.stdout, r.stdout + r.stderr
+    assert f"cluster runs docker:{fc.PY_IMAGE}" in r.stderr and "-c NEWNAME" in r.stderr, r.stderr
+    # no image_id asked: a relaunch runs in the cluster's container
+    g = write(tmp_path / "same.yaml", "run: test -f /opt-marker && echo relaunch-in-container\n")
+    assert "relaunch-in-container" in env.ok("launch", "-y", "-c", "ctr-a", str(g), timeout=120).stdout
     env.ok("down", "-y", "ctr-a", timeout=120)
     assert containers_of("ctr-a") == []
 

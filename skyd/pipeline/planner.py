@@ -430,11 +430,29 @@ def check_fits(task: Any, handle: ClusterHandle) -> None:
             if have < float(acc[1]):
                 reasons.append(f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})")
                 continue
+        why = _container_mismatch(r, handle)
+        if why:
+            reasons.append(why)
+            continue
         return
     raise ClusterStateError(
         f"task does not fit cluster {handle.cluster_name!r}: " + "; ".join(reasons),
         hint="launch on a new cluster (-c NEWNAME), or change the task's resources",
     )
+
+
+def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
+    """A cluster whose nodes run a task container (image_id docker:, docs/containers.md)
+    runs that image only: another image, or none, needs another cluster."""
+    have = ((handle.nodes[0].extra.get("container") or {}).get("image")) if handle.nodes else None
+    want = getattr(r, "docker_image", None)
+    if have is None:
+        # no task container: a pod infra whose pods are the image, or a VM-image cluster
+        return f"image_id docker:{want} (cluster runs no container image)" if (
+            want and handle.cloud not in ("kubernetes", "runpod")) else None
+    if want and want != have:  # no image_id asked: the task runs in the cluster's container
+        return f"image_id docker:{want} (cluster runs docker:{have})"
+    return None
 
 
 def _fmt_accs(handle: ClusterHandle) -> str:
