@@ -89,6 +89,10 @@ run: |
     r = cli("launch", "-y", "-c", "ctr-a", str(g), timeout=120)
     assert r.returncode != 0 and "should-not-run" not in r.stdout, r.stdout + r.stderr
     assert f"cluster runs docker:{fc.PY_IMAGE}" in r.stderr and "-c NEWNAME" in r.stderr, r.stderr
+    # a new absolute file-mount destination cannot be bound into the running container
+    g = write(tmp_path / "newmnt.yaml", f"file_mounts:\n  /newdst: {tmp_path / 'data'}\nrun: echo nope\n")
+    r = cli("launch", "-y", "-c", "ctr-a", str(g), timeout=120)
+    assert r.returncode != 0 and "file_mounts./newdst" in r.stderr and "-c NEWNAME" in r.stderr, r.stderr
     # no image_id asked: a relaunch runs in the cluster's container
     g = write(tmp_path / "same.yaml", "run: test -f /opt-marker && echo relaunch-in-container\n")
     assert "relaunch-in-container" in env.ok("launch", "-y", "-c", "ctr-a", str(g), timeout=120).stdout

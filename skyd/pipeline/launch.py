@@ -240,7 +240,7 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first"
         )
     task = await load_task_from_payload(payload)
-    planner.check_fits(task, handle)
+    planner.check_fits(task, handle, mounts=False)
     await anyio.to_thread.run_sync(check_local_paths, task)
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)

@@ -408,14 +408,17 @@ def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
     return Block(cloud=o.cloud, region=o.region, zone=o.zone)
 
 
-def check_fits(task: Any, handle: ClusterHandle) -> None:
-    """A task reusing a cluster must fit what the cluster has (any candidate)."""
+def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None:
+    """A task reusing a cluster must fit what the cluster has (any candidate); with
+    ``mounts`` (launch, not exec: exec syncs no file mounts) its file mounts too."""
     if task.num_nodes > handle.num_nodes:
         raise ClusterStateError(
             f"the task needs {task.num_nodes} nodes; cluster {handle.cluster_name!r} has"
             f" {handle.num_nodes}",
             hint="launch on a new cluster (-c NEWNAME) or lower num_nodes",
         )
+    if mounts:
+        _check_container_binds(task, handle)
     reasons = []
     for r in task.resources:
         if r.cloud and r.cloud != handle.cloud:
@@ -439,6 +442,21 @@ def check_fits(task: Any, handle: ClusterHandle) -> None:
         f"task does not fit cluster {handle.cluster_name!r}: " + "; ".join(reasons),
         hint="launch on a new cluster (-c NEWNAME), or change the task's resources",
     )
+
+
+def _check_container_binds(task: Any, handle: ClusterHandle) -> None:
+    """An absolute file-mount destination is bound into a node's container when it is made;
+    a later launch cannot add one (it would be synced where the container cannot see it)."""
+    spec = (handle.nodes[0].extra.get("container") or {}) if handle.nodes else {}
+    if not spec:
+        return
+    bound = {str(b[1]) for b in spec.get("binds") or []}
+    for dst in (getattr(task, "file_mounts", None) or {}):
+        if str(dst).startswith("/") and str(dst) not in bound:
+            raise ClusterStateError(
+                f"file_mounts.{dst}: cluster {handle.cluster_name!r} runs its task in a container"
+                " made without this destination, so it would not be visible there",
+                hint="launch on a new cluster (-c NEWNAME), or mount it under ~ or an existing destination")
 
 
 def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
