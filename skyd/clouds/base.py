@@ -25,9 +25,13 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyd.clouds.offering import Offering
+
+if TYPE_CHECKING:
+    from skyd.transports.container_runtime import ContainerRequest
+
 
 LogFn = Callable[[str], None]
 
@@ -109,6 +113,9 @@ class ProvisionRequest:
     ports: tuple[str, ...] = ()  # "8080", "10000-10010": opened at create time
     image_id: str | None = None  # for this region ("docker:<img>" for a container image)
     labels: tuple[tuple[str, str], ...] = ()
+    # image_id docker:<img> on an infra that runs the task's container on its nodes
+    # (docs/containers.md); None otherwise. Holds the registry login: never stored.
+    container: ContainerRequest | None = field(default=None, compare=False, repr=False)
     token: str = ""
     tag: str = ""  # put on every object created (empty: the cluster name)
     # Set by the pipeline: a provider may report why the cluster is not up yet (e.g. a
@@ -130,6 +137,7 @@ FEATURE_FIELDS: dict[str, str] = {
     "ports": "resources.ports",
     "disk_size": "resources.disk_size",
     "image_id": "resources.image_id",
+    "docker_image": "resources.image_id",
     "labels": "resources.labels",
     "bucket_mounts": "file_mounts",
 }
@@ -144,7 +152,9 @@ def requested_features(req: ProvisionRequest) -> set[str]:
         used.add("ports")
     if req.disk_size is not None:
         used.add("disk_size")
-    if req.image_id:
+    if req.container is not None:  # docker:<img> run in a container on the nodes
+        used.add("docker_image")
+    elif req.image_id:
         used.add("image_id")
     if req.labels:
         used.add("labels")
@@ -242,6 +252,9 @@ class Cloud(ABC):
     provision_timeout_s: float = 900.0
     #: how long a `check` result is trusted before a launch probes again, seconds.
     check_ttl_s: float = 600.0
+    #: image_id docker:<img> is the node's own image (a pod): no container is started on
+    #: the node (ProvisionRequest.container stays None). docs/containers.md
+    native_containers: bool = False
 
     @abstractmethod
     async def check(self) -> tuple[bool, str]:

@@ -160,6 +160,41 @@ class LocalProvisioner(Provisioner):
         )
         return dict(info)
 
+    async def _start_container_agent(self, cluster: str, node: NodeHandle, log: LogFn,
+                                     login: Any = None) -> dict[str, Any]:
+        """image_id docker:<img>: make the node's container run (docs/containers.md), then
+        the agent zipapp inside it, over ``ContainerTransport``."""
+        from skyd.transports import container_runtime as crt
+        from skyd.transports.container import ContainerTransport
+
+        nd = Path(node.node_dir)
+        spec = crt.ContainerSpec.from_dict(node.extra["container"])
+        want = os.environ.get("SKYD_CONTAINER_RUNTIME", "")
+        await crt.ensure(LocalTransport(nd), spec, log, creds=login, want=want, label=f"node {node.rank}")
+        node.extra["container"] = spec.to_dict()
+        t = ContainerTransport(LocalTransport(nd), spec)
+        (nd / STOPPED_MARK).unlink(missing_ok=True)
+        site = AgentSite(node_dir=str(nd), base=str(self.cluster_dir(cluster)), rank=node.rank, cluster=cluster)
+        info = await agent_deploy.start(t, site, self._token(nd), await agent_deploy.agent_zipapp())
+        return dict(info)
+
+    @staticmethod
+    def _token(nd: Path) -> str:
+        return (nd / "token").read_text()
+
+    async def _container_op(self, handle: ClusterHandle, op: str, log: LogFn) -> None:
+        """stop / remove the nodes' containers (image_id docker:<img>)."""
+        from skyd.transports import container_runtime as crt
+
+        for node in handle.nodes:
+            d = node.extra.get("container")
+            if not d:
+                continue
+            spec = crt.ContainerSpec.from_dict(d)
+            t = LocalTransport(node.node_dir if Path(node.node_dir).is_dir() else self.root)
+            await (crt.stop(t, spec) if op == "stop" else crt.remove(t, spec))
+            log(f"{'Stopped' if op == 'stop' else 'Removed'} container {spec.name}")
+
     # -- Provisioner ----------------------------------------------------------------------
 
     async def provision(self, req: ProvisionRequest, log: LogFn) -> ClusterHandle:
@@ -190,16 +225,28 @@ class LocalProvisioner(Provisioner):
 
         async def start(node: NodeHandle) -> None:
             nd = Path(node.node_dir)
-            if self.agent_alive(nd):
+            if req.container is not None:  # image_id docker:<img>: the agent runs inside
+                spec = req.container.spec(
+                    rank=node.rank, node_dir=str(nd), home=str(nd / "home"),
+                    resolve=lambda dst: str(self._sandbox_path(nd, dst)),
+                    extra_binds=[str(self.cluster_dir(req.cluster_name))])
+                node.extra["container"] = spec.to_dict()
+                info = await self._start_container_agent(req.cluster_name, node, log, login=req.container.login)
+            elif self.agent_alive(nd):
                 info = self._agent_info(nd) or {}
             else:
                 info = await self._start_agent(req.cluster_name, node.rank, nd, req.token,
                                                node.internal_ip)
             node.agent_port = int(info["port"])
 
-        async with anyio.create_task_group() as tg:
-            for node in nodes:
-                tg.start_soon(start, node)
+        try:
+            async with anyio.create_task_group() as tg:
+                for node in nodes:
+                    tg.start_soon(start, node)
+        except BaseExceptionGroup as eg:
+            from skyd.transports.agent_deploy import first_error
+
+            raise first_error(eg) from None
         log(f"Started {len(nodes)} local node agent(s) under {self.cluster_dir(req.cluster_name)}")
         off = req.offering
         return ClusterHandle(
@@ -299,6 +346,7 @@ class LocalProvisioner(Provisioner):
             nd = Path(node.node_dir)
             if nd.exists():
                 (nd / STOPPED_MARK).write_text(json.dumps({"stopped_at": time.time(), "down": False}))
+        await self._container_op(handle, "stop", log)
         log(f"Stopped {len(handle.nodes)} local node(s)")
 
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
@@ -311,7 +359,10 @@ class LocalProvisioner(Provisioner):
                     f"node {node.rank} of {handle.cluster_name!r} is gone ({nd} missing)",
                     hint=f"skyd down {handle.cluster_name} and launch it again",
                 )
-            if not self.agent_alive(nd):
+            if node.extra.get("container"):
+                info = await self._start_container_agent(handle.cluster_name, node, log)
+                node.agent_port = int(info["port"])
+            elif not self.agent_alive(nd):
                 info = await self._start_agent(handle.cluster_name, node.rank, nd, handle.token,
                                                node.internal_ip)
                 node.agent_port = int(info["port"])
@@ -390,6 +441,7 @@ class LocalProvisioner(Provisioner):
         if cdir is not None and cdir.is_dir():
             nds = sorted({*nds, *cdir.glob("node-*")})
         await self._reap_jobs(nds)
+        await self._container_op(handle, "remove", log)
         for node in handle.nodes:
             nd = Path(node.node_dir) if node.node_dir else None
             if nd is not None and (cdir is None or nd.parent != cdir):
@@ -415,6 +467,7 @@ class LocalProvisioner(Provisioner):
                 except (ProcessLookupError, PermissionError):
                     pass
         await self._reap_jobs(nds)
+        await _remove_tagged_containers(partial.tag)
         await self._remove(cdir, lambda _m: None)
         await self._release(partial.cluster_name)
 
@@ -461,7 +514,10 @@ class LocalProvisioner(Provisioner):
 
     def remote_path(self, handle: ClusterHandle, rank: int, dst: str) -> Path:
         """Where a path on the node lives in its sandbox."""
-        nd = Path(handle.nodes[rank].node_dir)
+        return self._sandbox_path(Path(handle.nodes[rank].node_dir), dst)
+
+    @staticmethod
+    def _sandbox_path(nd: Path, dst: str) -> Path:
         fsutil.check_dest(dst)
         if dst.startswith("~/") or dst == "~":
             return fsutil.join_confined(nd / "home", dst[2:])
@@ -489,6 +545,20 @@ class LocalProvisioner(Provisioner):
 
         stats = await sync_local_dir(source, target, excludes)
         return stats.files, stats.bytes
+
+
+async def _remove_tagged_containers(tag: str) -> None:
+    """Containers of a cluster whose launch died before its handle was saved (by label)."""
+    import shutil as _sh
+
+    if not (_sh.which("podman") or _sh.which("docker")):
+        return
+    from skyd.transports import container_runtime as crt
+
+    t = LocalTransport("/")
+    res = await t.run(crt.FIND_RUNTIME, timeout=30)
+    for rt in crt.parse_runtimes(res.stdout):
+        await crt.remove_tagged(t, tag, rt)
 
 
 def _agents_on(node_dir: Path) -> list[int]:

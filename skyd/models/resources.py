@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
@@ -162,6 +163,21 @@ class Autostop(SpecModel):
                 d["idle_minutes"] = im
             return d
         fail("autostop must be true/false, minutes, a duration like '5h', or a mapping")
+
+
+_DOCKER_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+
+
+def _check_docker(value: str, sub: tuple[str, ...] = ()) -> None:
+    """``docker:<image>``: a non-empty image reference (what docker/podman accept)."""
+    if not value.startswith("docker:"):
+        return
+    img = value[len("docker:"):].strip()
+    if not img:
+        fail("'docker:' needs an image name", "e.g. image_id: docker:ubuntu:22.04", sub=sub)
+    if not _DOCKER_REF.match(img) or "//" in img or img.endswith((":", "/", "@")):
+        fail(f"{img!r} is not a container image reference",
+             "use docker:[registry/]name[:tag][@sha256:digest], e.g. docker:rocm/pytorch:latest", sub=sub)
 
 
 def _as_docker(image: str) -> str:
@@ -330,9 +346,15 @@ class Resources(SpecModel):
     @classmethod
     def _image(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {str(k): str(val) for k, val in v.items()}
+            v = {str(k): str(val) for k, val in v.items()}
+            for k, val in v.items():
+                _check_docker(val if k != "docker" else f"docker:{val.removeprefix('docker:')}",
+                              sub=(k,))
+            return v
         if v is not None and not isinstance(v, str):
             fail(f"image_id must be a string or a mapping, got {v!r}")
+        if v is not None:
+            _check_docker(v)
         return v
 
     @model_validator(mode="after")

@@ -249,7 +249,7 @@ async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first"
         )
     task = await load_task_from_payload(payload)
-    planner.check_fits(task, handle)
+    planner.check_fits(task, handle, mounts=False)
     await anyio.to_thread.run_sync(check_local_paths, task)
     # A dead agent (or a stranger on its old port: the TLS handshake fails) is restarted
     # on a new port before anything is sent to it.

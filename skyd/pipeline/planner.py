@@ -460,18 +460,25 @@ def _fitting(task: Any, handle: ClusterHandle) -> tuple[Any, list[str]]:
             if have < float(acc[1]):
                 reasons.append(f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})")
                 continue
+        why = _container_mismatch(r, handle)
+        if why:
+            reasons.append(why)
+            continue
         return r, reasons
     return None, reasons
 
 
-def check_fits(task: Any, handle: ClusterHandle) -> None:
-    """A task reusing a cluster must fit what the cluster has (any candidate)."""
+def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None:
+    """A task reusing a cluster must fit what the cluster has (any candidate); with
+    ``mounts`` (launch, not exec: exec syncs no file mounts) its file mounts too."""
     if task.num_nodes > handle.num_nodes:
         raise ClusterStateError(
             f"the task needs {task.num_nodes} nodes; cluster {handle.cluster_name!r} has"
             f" {handle.num_nodes}",
             hint="launch on a new cluster (-c NEWNAME) or lower num_nodes",
         )
+    if mounts:
+        _check_container_binds(task, handle)
     entry, reasons = _fitting(task, handle)
     if entry is None and task.resources:
         raise ClusterStateError(
@@ -487,6 +494,35 @@ def resources_on(task: Any, handle: ClusterHandle) -> Any:
     if entry is None and task.resources:
         return task.resources[0]
     return entry
+
+
+def _check_container_binds(task: Any, handle: ClusterHandle) -> None:
+    """An absolute file-mount destination is bound into a node's container when it is made;
+    a later launch cannot add one (it would be synced where the container cannot see it)."""
+    spec = (handle.nodes[0].extra.get("container") or {}) if handle.nodes else {}
+    if not spec:
+        return
+    bound = {str(b[1]) for b in spec.get("binds") or []}
+    for dst in (getattr(task, "file_mounts", None) or {}):
+        if str(dst).startswith("/") and str(dst) not in bound:
+            raise ClusterStateError(
+                f"file_mounts.{dst}: cluster {handle.cluster_name!r} runs its task in a container"
+                " made without this destination, so it would not be visible there",
+                hint="launch on a new cluster (-c NEWNAME), or mount it under ~ or an existing destination")
+
+
+def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
+    """A cluster whose nodes run a task container (image_id docker:, docs/containers.md)
+    runs that image only: another image, or none, needs another cluster."""
+    have = ((handle.nodes[0].extra.get("container") or {}).get("image")) if handle.nodes else None
+    want = getattr(r, "docker_image", None)
+    if have is None:
+        # no task container: a pod infra whose pods are the image, or a VM-image cluster
+        return f"image_id docker:{want} (cluster runs no container image)" if (
+            want and handle.cloud not in ("kubernetes", "runpod")) else None
+    if want and want != have:  # no image_id asked: the task runs in the cluster's container
+        return f"image_id docker:{want} (cluster runs docker:{have})"
+    return None
 
 
 def _fmt_accs(handle: ClusterHandle) -> str:

@@ -101,6 +101,10 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
                   token: str | None = None) -> ProvisionRequest:
     r = _resources_for(task, choice)
     disk = getattr(r, "disk_size", None) if r is not None else None
+    image_id = _image_for(getattr(r, "image_id", None), choice.offering.region)
+    # docker:<img> on an infra that runs containers on its nodes: the node keeps the
+    # provider's default VM image, and the task runs in the container (docs/containers.md).
+    container = container_request(task, image_id, choice, tag or name)
     return ProvisionRequest(
         cluster_name=name,
         num_nodes=task.num_nodes,
@@ -108,11 +112,59 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
         use_spot=choice.use_spot,
         disk_size=int(disk) if disk and int(disk) != DEFAULT_DISK_SIZE_GB else None,
         ports=tuple(str(p) for p in (getattr(r, "ports", None) or ())),
-        image_id=_image_for(getattr(r, "image_id", None), choice.offering.region),
+        image_id=None if container is not None else image_id,
         labels=tuple(sorted((getattr(r, "labels", None) or {}).items())),
         token=token or secrets.token_urlsafe(24),
         tag=tag,
+        container=container,
     )
+
+
+def container_request(task: Any, image_id: str | None, choice: planner.Choice, tag: str) -> Any:
+    """What the nodes' containers need (image_id docker:<img> on an infra that runs the
+    task's container on its nodes; docs/containers.md), or None."""
+    from skyd.transports.container_runtime import ContainerRequest, RegistryLogin, image_of
+
+    image = image_of(image_id)
+    if image is None or getattr(get_cloud(choice.offering.cloud), "native_containers", False):
+        return None
+    mounts = []
+    for dst, fm in (getattr(task, "file_mounts", None) or {}).items():
+        if getattr(fm, "kind", "local") == "storage" and (fm.mode or "MOUNT") != "COPY":
+            raise InvalidSpecError(
+                f"bucket mount mode {fm.mode or 'MOUNT'} is not supported inside a container image",
+                field=f"file_mounts.{dst}", hint="use mode: COPY, or a VM image (no docker: image_id)")
+        if str(dst).startswith("/"):
+            mounts.append(str(dst))
+    envs = {**(getattr(task, "envs", None) or {}), **(getattr(task, "secrets", None) or {})}
+    opts = ((getattr(task, "config", None) or {}).get("docker") or {}).get("run_options")
+    off = choice.offering
+    vendor = None
+    if off.accelerator:
+        from skyd.models.accelerators import get_accelerator_info
+
+        info = get_accelerator_info(off.accelerator)
+        vendor = info.vendor if info is not None and info.vendor in ("nvidia", "amd") else None
+    return ContainerRequest(image=image, cluster_tag=tag, mounts=tuple(mounts), run_options=run_options(opts),
+                            gpu_vendor=vendor, gpu_count=float(off.accelerator_count or 0),
+                            login=RegistryLogin.from_envs(envs, image))
+
+
+def run_options(opts: Any) -> tuple[str, ...]:
+    """``docker.run_options`` (a string or a list of strings, SkyPilot's config key) as argv."""
+    import shlex
+
+    if not opts:
+        return ()
+    items = [opts] if isinstance(opts, str) else list(opts) if isinstance(opts, list) else None
+    if items is None or not all(isinstance(o, str) for o in items):
+        raise InvalidSpecError("docker.run_options must be a string or a list of strings",
+                               field="config.docker.run_options", hint="e.g. ['--shm-size=16g']")
+    try:
+        return tuple(a for o in items for a in shlex.split(o))
+    except ValueError as e:
+        raise InvalidSpecError(f"docker.run_options: {e}", field="config.docker.run_options",
+                               hint="quote each option as a shell would") from None
 
 
 def _task_features(task: Any) -> set[str]:
@@ -149,7 +201,9 @@ def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecErr
         dst, src = next(iter(planner.bucket_mounts(task).items()))
         return InvalidSpecError(f"bucket mount {src!r} is not supported on the {where} infra",
                                 field=f"file_mounts.{dst}", hint=f"use a local path; {hint}")
-    return InvalidSpecError(f"{feature} is not supported on the {where} infra",
+    what = ("container images (image_id: docker:<image>) are" if feature == "docker_image"
+            else f"{feature} is")
+    return InvalidSpecError(f"{what} not supported on the {where} infra",
                             field=FEATURE_FIELDS.get(feature, feature), hint=hint)
 
 

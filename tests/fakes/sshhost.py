@@ -259,8 +259,14 @@ class FakeSSHHost:
         self._kill_agents()
 
     def _kill_agents(self) -> None:
-        """Safety net: detached processes (agents) left under this host's root."""
+        """Safety net: detached processes (agents) left under this host's root, and the
+        containers of image_id docker: tasks run there (a deleted VM takes them along)."""
         import json
+
+        from tests.fakes.containers import remove_bound_under
+
+        if next(self.root.glob("home/.skyd/nodes/*/.registry"), None) is not None:
+            remove_bound_under(self.root)  # (a node of a docker: task was here)
 
         for info in self.root.rglob("agent.json"):
             try:

@@ -33,7 +33,7 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
-from skyd.transports import agent_deploy
+from skyd.transports import agent_deploy, container
 from skyd.transports.agent_deploy import AgentSite, agent_zipapp
 from skyd.transports.ssh import SSHConnectError, SSHTarget, SSHTransport
 
@@ -258,7 +258,7 @@ class AWSProvisioner(Provisioner):
             extra={"sg": gid, "ports": list(req.ports), "ssh_user": ssh_user},
         )
         if self.deploy_agents:
-            await self._deploy_all(handle, log, where)
+            await self._deploy_all(handle, log, where, req.container)
         return handle
 
     def _node(self, cluster: str, rank: int, inst: dict[str, Any], user: str, key: str, n: int) -> NodeHandle:
@@ -272,7 +272,8 @@ class AWSProvisioner(Provisioner):
             extra={"listen_host": "127.0.0.1" if n == 1 else private},
         )
 
-    async def _deploy_all(self, handle: ClusterHandle, log: LogFn, where: str) -> None:
+    async def _deploy_all(self, handle: ClusterHandle, log: LogFn, where: str,
+                          container_req: Any = None) -> None:
         zipapp = await self._zip()
 
         async def one(node: NodeHandle) -> None:
@@ -285,7 +286,11 @@ class AWSProvisioner(Provisioner):
                 node.extra.update(home=home, base=base)
                 node.node_dir = posixpath.join(base, "nodes", f"{handle.cluster_name}-{node.rank}")
             site = _site(node, handle.cluster_name)
-            info = await agent_deploy.start(t, site, handle.token, zipapp)
+            # image_id docker:<img>: the agent runs inside the task's container (containers.md)
+            at = await container.prepare(t, node.extra, rank=node.rank, node_dir=node.node_dir,
+                                         home=str(node.extra.get("home") or ""), log=log,
+                                         request=container_req)
+            info = await agent_deploy.start(at, site, handle.token, zipapp)
             _record(node, site, info)
             log(f"Node {node.rank} ({node.instance_id}): agent {info.get('state')} on port {node.agent_port}")
 
@@ -372,7 +377,8 @@ class AWSProvisioner(Provisioner):
         return handle
 
     async def ensure_agents(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
-        pairs = [(self._transport(n), _site(n, handle.cluster_name)) for n in handle.nodes]
+        pairs = [(container.wrap(self._transport(n), n.extra), _site(n, handle.cluster_name))
+                 for n in handle.nodes]
         await agent_deploy.ensure(pairs, handle.token, await self._zip(), log, cluster=handle.cluster_name)
         for node, (_, site) in zip(handle.nodes, pairs, strict=True):
             _record(node, site, None)

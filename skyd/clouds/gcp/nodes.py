@@ -22,7 +22,7 @@ from skyd import paths
 from skyd.clouds.base import LogFn, NodeHandle
 from skyd.clouds.ssh.provisioner import SSHProvisioner, _record, _site
 from skyd.errors import ResourcesUnavailableError, SkydError
-from skyd.transports import agent_deploy
+from skyd.transports import agent_deploy, container
 from skyd.transports.ssh import SSHConnectError, SSHTarget
 
 KEY_NAME = "skyd-vm-ed25519"
@@ -90,9 +90,12 @@ async def wait_ready(t: Any, node: NodeHandle, marker: str, log: LogFn) -> None:
 
 
 async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
-                 zipapp: tuple[Path, str], log: LogFn, ready_marker: str | None = None) -> None:
+                 zipapp: tuple[Path, str], log: LogFn, ready_marker: str | None = None,
+                 container_req: Any = None) -> None:
     """Wait for sshd (and ``ready_marker``, a file first-boot setup writes when done), then
-    start this build's agent on the node (kept if it already runs)."""
+    start this build's agent on the node (kept if it already runs); inside the task's
+    container for image_id docker:<img> (``container_req`` at launch,
+    ``node.extra['container']`` after)."""
     assert node.ssh is not None
     t = ssh.transport(SSHTarget.from_dict(node.ssh))
     with anyio.move_on_after(SSH_WAIT_S):
@@ -114,7 +117,9 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
         node.node_dir = posixpath.join(base, "nodes", f"{cluster}-{node.rank}")
         node.extra.update(home=home, base=base)
         site = _site(node, cluster)
-        info = await agent_deploy.start(t, site, token, zipapp)
+        at = await container.prepare(t, node.extra, rank=node.rank, node_dir=node.node_dir, home=home,
+                                     log=log, request=container_req)
+        info = await agent_deploy.start(at, site, token, zipapp)
     except ResourcesUnavailableError:
         raise
     except (SkydError, OSError) as e:
@@ -122,6 +127,14 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
                                         scope="zone") from None
     _record(node, site, info)
     log(f"Node {node.rank} ({node.ssh['host']}): agent {info.get('state')} on port {node.agent_port}")
+
+
+def keep_containers(new: list[NodeHandle], old: dict[int, Any]) -> None:
+    """Node handles rebuilt on `start` keep their task container (image_id docker:), so
+    `deploy` starts it again and runs the agent inside."""
+    for n in new:
+        if old.get(n.rank):
+            n.extra["container"] = old[n.rank]
 
 
 async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:

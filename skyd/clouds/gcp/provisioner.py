@@ -138,7 +138,7 @@ class GCPProvisioner(Provisioner):
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
                                       if h.ssh and h.instance_id in todo])  # new VMs, new keys
         zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, req.container)
                       for n in hnodes])
         return ClusterHandle(
             cluster_name=req.cluster_name, cloud=NAME, region=off.region, zone=zone,
@@ -255,8 +255,10 @@ class GCPProvisioner(Provisioner):
         await nodes.drop_transports(self._ssh, handle.nodes)  # ephemeral IPs may have changed
         key, _ = await nodes.ssh_key()
         user = str((handle.nodes[0].ssh or {}).get("user") or "skyd")
+        ctrs = {n.rank: n.extra.get("container") for n in handle.nodes}  # image_id docker:
         handle.nodes = [self._node(running[n.instance_id], n.rank, len(handle.nodes),
                                    handle.cluster_name, user, key) for n in handle.nodes]
+        nodes.keep_containers(handle.nodes, ctrs)
         zipapp = await self._zip()
         await gather([(nodes.deploy, self._ssh, n, handle.cluster_name, handle.token, zipapp, log)
                       for n in handle.nodes])

@@ -67,6 +67,7 @@ def offerings_for(ctx: str, nodes: list[inventory.Node], allow_spot: bool = True
 class KubernetesCloud(Cloud):
     name = NAME
     unsupported = frozenset({"disk_size", "bucket_mounts"})
+    native_containers = True  # docker:<img> is the pod's image
     config_keys = frozenset({
         "kubernetes.allowed_contexts", "kubernetes.namespace", "kubernetes.pod_config",
         "kubernetes.provision_timeout", "kubernetes.autoscaler", "kubernetes.ports",

@@ -194,7 +194,8 @@ class VMProvisioner(Provisioner):
                                       if h.ssh and h.extra.get(self.name_key) in todo])
         zipapp = await self._zip()
         marker = self.ready_marker(req)
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, marker)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, marker,
+                       req.container)
                       for n in hnodes])
         handle = ClusterHandle(
             cluster_name=req.cluster_name, cloud=self.NAME, region=self.handle_region(req), zone=off.zone,
@@ -272,8 +273,10 @@ class VMProvisioner(Provisioner):
             raise self.classify(e, where, bool(handle.zone)) from None
         await nodes.drop_transports(self._ssh, handle.nodes)  # addresses and ports may change
         key, _ = await nodes.ssh_key()
+        ctrs = {n.rank: n.extra.get("container") for n in handle.nodes}  # image_id docker:
         handle.nodes = [self._node(running[str(n.extra.get(self.name_key))], n.rank, len(handle.nodes))
                         for n in handle.nodes]
+        nodes.keep_containers(handle.nodes, ctrs)
         for h in handle.nodes:
             h.ssh["identity_file"] = str(key)  # type: ignore[index]
         zipapp = await self._zip()

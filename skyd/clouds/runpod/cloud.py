@@ -13,6 +13,7 @@ from skyd.clouds.runpod.provisioner import RunPodProvisioner
 class RunPodCloud(Cloud):
     name = "runpod"
     unsupported = frozenset({"labels", "bucket_mounts"})
+    native_containers = True  # docker:<img> is the pod's image
     check_ttl_s = 600.0
 
     def __init__(self) -> None:

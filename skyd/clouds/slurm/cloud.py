@@ -78,7 +78,7 @@ def offerings_from(facts: dict[str, Any]) -> list[Offering]:
 
 class SlurmCloud(Cloud):
     name = "slurm"
-    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "labels"})
+    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "docker_image", "labels"})
     config_keys = frozenset({"slurm.sbatch_options", "slurm.clusters"})
     check_ttl_s = 300.0
 

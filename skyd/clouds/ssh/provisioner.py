@@ -36,7 +36,7 @@ from skyd.clouds.ssh.check import probe_host, python_ok
 from skyd.clouds.ssh.pools import Pool, PoolHost, get_pool, load_pools
 from skyd.clouds.ssh.state import allocate, allocations, load_host_facts, release, save_host_facts
 from skyd.errors import ResourcesUnavailableError, SkydError
-from skyd.transports import agent_deploy
+from skyd.transports import agent_deploy, container
 from skyd.transports.agent_deploy import AgentSite, agent_zipapp, first_error
 from skyd.transports.ssh import SSHTarget, SSHTransport
 
@@ -107,7 +107,8 @@ class SSHProvisioner(Provisioner):
         facts: list[dict[str, Any]] = [{} for _ in hosts]
 
         async def one(rank: int, h: PoolHost) -> None:
-            nodes[rank], facts[rank] = await self._deploy(req.cluster_name, rank, h, len(hosts), token, log)
+            nodes[rank], facts[rank] = await self._deploy(req.cluster_name, rank, h, len(hosts), token, log,
+                                                          req=req)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -144,7 +145,8 @@ class SSHProvisioner(Provisioner):
         )
 
     async def _deploy(
-        self, cluster: str, rank: int, h: PoolHost, n: int, token: str, log: LogFn
+        self, cluster: str, rank: int, h: PoolHost, n: int, token: str, log: LogFn,
+        req: ProvisionRequest | None = None,
     ) -> tuple[NodeHandle, dict[str, Any]]:
         t = self.transport(h.target())
         facts = await probe_host(t)
@@ -167,13 +169,17 @@ class SSHProvisioner(Provisioner):
             ssh=h.ssh_dict() | {"pool": h.pool},
             extra={"home": home, "base": base, "listen_host": "127.0.0.1" if n == 1 else internal},
         )
-        await self._start_agent(t, node, cluster, token)
+        await self._start_agent(t, node, cluster, token, log, req=req)
         log(f"Node {rank} ({h.name}): agent up on port {node.agent_port}")
         return node, facts
 
-    async def _start_agent(self, t: SSHTransport, node: NodeHandle, cluster: str, token: str) -> dict[str, Any]:
+    async def _start_agent(self, t: SSHTransport, node: NodeHandle, cluster: str, token: str,
+                           log: LogFn = lambda _m: None, req: ProvisionRequest | None = None) -> dict[str, Any]:
         site = _site(node, cluster)
-        info = await agent_deploy.start(t, site, token, await self._zip())
+        at = await container.prepare(
+            t, node.extra, rank=node.rank, node_dir=node.node_dir, home=str(node.extra.get("home") or ""),
+            log=log, request=req.container if req is not None else None, label=f"node {node.rank}")
+        info = await agent_deploy.start(at, site, token, await self._zip())
         _record(node, site, info)
         return info
 
@@ -209,12 +215,14 @@ class SSHProvisioner(Provisioner):
                     tg.start_soon(self._shutdown, handle, node)
         except BaseExceptionGroup as eg:
             raise first_error(eg) from None
+        for node in handle.nodes:
+            await container.node_op(self._node_transport(node), node.extra, "stop")
         log(f"Stopped the agents of {len(handle.nodes)} node(s); the hosts stay allocated")
 
     async def start(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         async def one(node: NodeHandle) -> None:
             t = self._node_transport(node)
-            info = await self._start_agent(t, node, handle.cluster_name, handle.token)
+            info = await self._start_agent(t, node, handle.cluster_name, handle.token, log)
             if info.get("state") == "upgraded":
                 log(f"Node {node.rank}: agent upgraded to {node.extra['sha'][:12]}")
 
@@ -231,7 +239,8 @@ class SSHProvisioner(Provisioner):
         """Start agents that are down and upgrade ones of another version (same node dir,
         so the job queue survives). Nodes stopped on purpose are left stopped (`start`
         starts them); healthy agents of this version cost one status round trip."""
-        pairs = [(self._node_transport(n), _site(n, handle.cluster_name)) for n in handle.nodes]
+        pairs = [(container.wrap(self._node_transport(n), n.extra), _site(n, handle.cluster_name))
+                 for n in handle.nodes]
         await agent_deploy.ensure(pairs, handle.token, await self._zip(), log, cluster=handle.cluster_name)
         for node, (_, site) in zip(handle.nodes, pairs, strict=True):
             _record(node, site, None)
@@ -244,6 +253,7 @@ class SSHProvisioner(Provisioner):
             try:
                 t = self._node_transport(node)
                 await agent_deploy.remove(t, _site(node, handle.cluster_name), handle.token)
+                await container.node_op(t, node.extra, "remove")
                 await t.close()
                 self._transports.pop(t.target.key, None)
             except (SkydError, OSError) as e:
@@ -317,11 +327,36 @@ class SSHProvisioner(Provisioner):
         return stats.files, stats.bytes
 
     async def forget(self, partial: PartialHandle) -> None:
-        """A launch that died before it had a handle: give its reserved hosts back."""
+        """A launch that died before it had a handle: remove the containers it may have
+        started (image_id docker:, found by their cluster-tag label), then give its reserved
+        hosts back."""
         from skyd.clouds.ssh.state import release, state_dir
 
         if (state_dir() / "allocations.db").exists():
+            mine = [k for k, c in (await allocations()).items() if c == partial.cluster_name]
+            if mine:
+                await self._forget_containers(mine, partial.tag)
             await release(partial.cluster_name)
+
+    async def _forget_containers(self, keys: list[str], tag: str) -> None:
+        from skyd.transports import container_runtime as crt
+
+        hosts = {h.key: h for p in load_pools(self.pools_path).values() for h in p.hosts}
+
+        async def one(h: PoolHost) -> None:
+            with anyio.move_on_after(30):
+                try:
+                    t = self.transport(h.target())
+                    res = await t.run(crt.FIND_RUNTIME, timeout=20, idempotent=True)
+                    for rt in crt.parse_runtimes(res.stdout):
+                        await crt.remove_tagged(t, tag, rt)
+                except (SkydError, OSError):
+                    pass  # unreachable: nothing more can be done from here
+
+        async with anyio.create_task_group() as tg:
+            for k in keys:
+                if k in hosts:
+                    tg.start_soon(one, hosts[k])
 
     async def close(self) -> None:
         for t in list(self._transports.values()):
