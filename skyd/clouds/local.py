@@ -161,7 +161,7 @@ class LocalProvisioner(Provisioner):
         return dict(info)
 
     async def _start_container_agent(self, cluster: str, node: NodeHandle, log: LogFn,
-                                     login: Any = None) -> dict[str, Any]:
+                                     secret: str, login: Any = None) -> dict[str, Any]:
         """image_id docker:<img>: make the node's container run (docs/containers.md), then
         the agent zipapp inside it, over ``ContainerTransport``."""
         from skyd.transports import container_runtime as crt
@@ -174,13 +174,10 @@ class LocalProvisioner(Provisioner):
         node.extra["container"] = spec.to_dict()
         t = ContainerTransport(LocalTransport(nd), spec)
         (nd / STOPPED_MARK).unlink(missing_ok=True)
-        site = AgentSite(node_dir=str(nd), base=str(self.cluster_dir(cluster)), rank=node.rank, cluster=cluster)
-        info = await agent_deploy.start(t, site, self._token(nd), await agent_deploy.agent_zipapp())
+        site = AgentSite(node_dir=str(nd), base=str(self.cluster_dir(cluster)), rank=node.rank,
+                         cluster=cluster, listen_host=node.internal_ip or "127.0.0.1")
+        info = await agent_deploy.start(t, site, secret, await agent_deploy.agent_zipapp())
         return dict(info)
-
-    @staticmethod
-    def _token(nd: Path) -> str:
-        return (nd / "token").read_text()
 
     async def _container_op(self, handle: ClusterHandle, op: str, log: LogFn) -> None:
         """stop / remove the nodes' containers (image_id docker:<img>)."""
@@ -231,7 +228,8 @@ class LocalProvisioner(Provisioner):
                     resolve=lambda dst: str(self._sandbox_path(nd, dst)),
                     extra_binds=[str(self.cluster_dir(req.cluster_name))])
                 node.extra["container"] = spec.to_dict()
-                info = await self._start_container_agent(req.cluster_name, node, log, login=req.container.login)
+                info = await self._start_container_agent(req.cluster_name, node, log, req.token,
+                                                          login=req.container.login)
             elif self.agent_alive(nd):
                 info = self._agent_info(nd) or {}
             else:
@@ -360,7 +358,7 @@ class LocalProvisioner(Provisioner):
                     hint=f"skyd down {handle.cluster_name} and launch it again",
                 )
             if node.extra.get("container"):
-                info = await self._start_container_agent(handle.cluster_name, node, log)
+                info = await self._start_container_agent(handle.cluster_name, node, log, handle.token)
                 node.agent_port = int(info["port"])
             elif not self.agent_alive(nd):
                 info = await self._start_agent(handle.cluster_name, node.rank, nd, handle.token,
@@ -392,6 +390,11 @@ class LocalProvisioner(Provisioner):
                 site = self._site(handle, node.rank)
                 if not await agent_deploy.healthy(self.transport(node), site, handle.token):
                     log(f"Restarting the node agent of node {node.rank}: it does not answer")
+                    if node.extra.get("container"):  # image_id docker:<img>: inside it again
+                        info = await self._start_container_agent(handle.cluster_name, node, log,
+                                                                 handle.token)
+                        node.agent_port = int(info["port"])
+                        return
                     info = await self._start_agent(handle.cluster_name, node.rank,
                                                    Path(node.node_dir), handle.token,
                                                    node.internal_ip)  # fmt: skip
