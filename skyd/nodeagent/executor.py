@@ -24,6 +24,9 @@ from .jobqueue import JobQueue
 # The wrapper records its own process group first (see reaper.py), then runs the phase.
 WRAPPER = 'echo "$$" > "$2.pgid"; bash "$1"; rc=$?; echo "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
 KILL_GRACE_S = 5.0
+# The umask a job runs under: the one the agent was started with (its own is 077, set in
+# __main__), so files a job writes have the modes they would have on any machine.
+JOB_UMASK = 0o022
 
 
 def proc_start_time(pid: int) -> str | None:
@@ -206,7 +209,8 @@ class Executor:
             self._mark_run_offset(job_id, rank)
         with open(str(self.log_path(job_id, rank)), "ab") as log:
             proc = subprocess.Popen(
-                ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),
+                ["bash", "-c", "umask %03o; " % JOB_UMASK + WRAPPER, "skyd-job-%d" % job_id,
+                 str(script),
                  str(self._exit_path(job_id, rank, phase))],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
                 start_new_session=True, close_fds=True,

@@ -287,8 +287,10 @@ def ensure_daemon(socket_path: str | Path | None = None, timeout: float = 30.0) 
     sp = str(socket_path or paths.socket_path())
     if socket_answers(sp):
         return False
+    from skyd.privatefs import private_mkdir
+
     rundir = paths.home() / "run"
-    rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_mkdir(rundir)  # SKYD_HOME and run/ 0700 from the start
     fd = os.open(rundir / "start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout
@@ -310,8 +312,10 @@ def ensure_daemon(socket_path: str | Path | None = None, timeout: float = 30.0) 
 def _spawn_and_wait(sp: str, deadline: float) -> bool:
     import subprocess
 
+    from skyd.privatefs import open_private, private_mkdir
+
     logs = paths.logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
+    private_mkdir(logs)
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
     env["SKYD_SOCKET"] = sp
@@ -320,7 +324,7 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
         # unpacked bundle (onefile) is removed when it exits.
         env["PYINSTALLER_RESET_ENVIRONMENT"] = "1"
     errpath = logs / "daemon.stderr"
-    with open(errpath, "ab") as err:
+    with os.fdopen(open_private(errpath), "ab") as err:
         proc = subprocess.Popen(
             daemon_command(), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
             start_new_session=True, close_fds=True, env=env, cwd="/",
@@ -332,19 +336,29 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
         if rc is not None:
             if socket_answers(sp):  # lost a race with a daemon started otherwise
                 return False
-            tail = ""
-            try:
-                tail = errpath.read_text(errors="replace").strip().splitlines()[-1]
-            except (OSError, IndexError):
-                pass
+            tail, hint = _start_error(errpath)
             raise DaemonUnavailableError(
                 f"the daemon exited at start (code {rc}){': ' + tail if tail else ''}",
-                hint=f"see {errpath} and {paths.daemon_log()}",
+                hint=(hint + "; " if hint else "") + f"see {errpath} and {paths.daemon_log()}",
             )
         time.sleep(0.02)
     raise DaemonUnavailableError(
         f"the daemon did not open {sp} in time", hint=f"see {paths.daemon_log()}"
     )
+
+
+def _start_error(errpath: Path) -> tuple[str, str]:
+    """The daemon's own "error: ..." / "hint: ..." lines at the end of its stderr (else the
+    last line)."""
+    try:
+        lines = errpath.read_text(errors="replace").strip().splitlines()[-20:]
+    except OSError:
+        return "", ""
+    errs = [ln[len("error: "):] for ln in lines if ln.startswith("error: ")]
+    hints = [ln[len("hint: "):] for ln in lines if ln.startswith("hint: ")]
+    if errs:
+        return errs[-1], hints[-1] if hints else ""
+    return (lines[-1] if lines else ""), ""
 
 
 def stop_daemon(timeout: float = 20.0) -> int | None:
