@@ -25,6 +25,12 @@ from anyio.abc import TaskGroup
 from skyd import paths
 from skyd.daemon import registry
 from skyd.daemon.bus import EventBus
+from skyd.daemon.connections import (
+    ConnectionGuard,
+    GuardedSockSite,
+    header_timeout_from_env,
+    limit_from_env,
+)
 from skyd.daemon.notify import sd_notify
 from skyd.daemon.requests import RequestManager
 from skyd.daemon.store import Store
@@ -52,6 +58,7 @@ class Daemon:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._pid_fd: int | None = None
+        self.connections = ConnectionGuard(1)
 
     # -- plugin API ------------------------------------------------------------------
     @property
@@ -131,8 +138,11 @@ class Daemon:
         self._shutdown = list(registry.SHUTDOWN_HOOKS) + self._shutdown
         await self.store.open()
         log.info("skyd daemon pid %d starting (home %s, socket %s)", self.pid, paths.home(), self.socket_path)
+        # keepalive_timeout is also the deadline for a connection's request head (aiohttp
+        # starts the timer when a connection opens): half-open connections are closed.
         runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=1.0,
-                               handle_signals=False)
+                               handle_signals=False, keepalive_timeout=header_timeout_from_env())
+        self.connections = ConnectionGuard(limit_from_env())
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -142,7 +152,7 @@ class Daemon:
                     await hook(self)
                 await runner.setup()
                 sock = bind_socket(self.socket_path)
-                site = web.SockSite(runner, sock)
+                site = GuardedSockSite(runner, sock, self.connections)
                 await site.start()
                 sd_notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=serving on {self.socket_path}")
                 log.info("ready: serving on %s", self.socket_path)
