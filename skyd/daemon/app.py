@@ -23,7 +23,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from skyd import paths
-from skyd.daemon import registry
+from skyd.daemon import diskspace, registry
 from skyd.daemon.bus import EventBus
 from skyd.daemon.connections import (
     ConnectionGuard,
@@ -114,7 +114,12 @@ class Daemon:
         try:
             private_mkdir(paths.home())
             prepare_socket_dir(self.socket_path)
+            degraded = diskspace.start_degraded_if_full()
             setup_logging()
+            if degraded:
+                log.warning("starting on a full disk (%s): the reserve was released; "
+                            "requests that write may fail until there is room",
+                            paths.home())
             _raise_nofile()
             self._lock_pid_file()
             try:
@@ -147,6 +152,7 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._signals, name="signals")
+                self.spawn("disk reserve", diskspace.keep_reserve)
                 await self.requests.reconcile()
                 for hook in self._startup:
                     await hook(self)
@@ -200,14 +206,18 @@ class Daemon:
                 f"a skyd daemon (pid {other}) already runs for {paths.home()}",
                 hint="stop it first: skyd daemon stop",
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{self.pid}\n".encode())
         self._pid_fd = fd
+        try:
+            # Written in place at a fixed width (no truncate): the file's block is reused, so
+            # a restart on a full disk still records its pid.
+            os.pwrite(fd, f"{self.pid:<15}\n".encode(), 0)
+        except OSError as e:  # a full disk: the lock is what counts; the pid is a courtesy
+            log.warning("cannot write the pid file %s: %s", pf, e)
 
     def _unlock_pid_file(self) -> None:
         if self._pid_fd is not None:
             with contextlib.suppress(OSError):
-                os.ftruncate(self._pid_fd, 0)
+                os.pwrite(self._pid_fd, b" " * 15 + b"\n", 0)  # keep the block (full disks)
             os.close(self._pid_fd)
             self._pid_fd = None
 

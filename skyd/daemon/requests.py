@@ -258,6 +258,9 @@ class RequestManager:
         if ctx.finished:
             return
         ctx.finished = True
+        if ctx.storage_error is not None and not ctx.shutdown:
+            # Its state could not be written (a full disk): FAILED, saying where.
+            status, result, error = FAILED, None, ctx.storage_error.to_dict()
         try:
             if status == CANCELLED and ctx.shutdown and VERBS[ctx.verb].resumable:
                 # Leave it RUNNING: the next daemon resumes it.
