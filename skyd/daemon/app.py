@@ -26,6 +26,7 @@ from skyd import paths
 from skyd.daemon import diskspace, registry
 from skyd.daemon.bus import EventBus
 from skyd.daemon.connections import (
+    KEEPALIVE_TIMEOUT,
     ConnectionGuard,
     GuardedSockSite,
     header_timeout_from_env,
@@ -143,11 +144,10 @@ class Daemon:
         self._shutdown = list(registry.SHUTDOWN_HOOKS) + self._shutdown
         await self.store.open()
         log.info("skyd daemon pid %d starting (home %s, socket %s)", self.pid, paths.home(), self.socket_path)
-        # keepalive_timeout is also the deadline for a connection's request head (aiohttp
-        # starts the timer when a connection opens): half-open connections are closed.
+        # Deadlines for request heads and idle keep-alive: see skyd.daemon.connections.
         runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=1.0,
-                               handle_signals=False, keepalive_timeout=header_timeout_from_env())
-        self.connections = ConnectionGuard(limit_from_env())
+                               handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
+        self.connections = ConnectionGuard(limit_from_env(), header_timeout_from_env())
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg

@@ -1,8 +1,10 @@
 """Connections to the daemon's socket: bounded in number and in time.
 
-- **Header deadline.** A connection must send a complete request head within
-  ``header_timeout`` seconds of opening (or of its last response): aiohttp's keep-alive timer
-  closes it otherwise, so half-open connections are not held.
+- **Header deadline.** A new connection must send a complete request head within
+  ``SKYD_HEADER_TIMEOUT`` seconds (10) or it is closed, so half-open connections are not
+  held. Between requests a kept-alive connection may idle ``KEEPALIVE_TIMEOUT`` (30 s, longer
+  than the clients' own keep-alive: aiohttp's 15 s, the CLI's 5 s, so no client races the
+  close); a second request head that stalls is closed by the same timer.
 - **Body deadline.** A body must arrive within :data:`BODY_TIMEOUT` (``read_body``).
 - **A limit with the newest first.** At most ``limit`` connections are open. When a new one
   would pass the limit, the oldest *idle* connection (no request in progress: half-open, or
@@ -28,7 +30,8 @@ from aiohttp import web
 log = logging.getLogger("skyd.daemon.connections")
 
 DEFAULT_LIMIT = 1024
-DEFAULT_HEADER_TIMEOUT = 15.0
+DEFAULT_HEADER_TIMEOUT = 10.0
+KEEPALIVE_TIMEOUT = 30.0
 BODY_TIMEOUT = float(os.environ.get("SKYD_BODY_TIMEOUT", "30"))
 
 
@@ -59,8 +62,9 @@ def _refusal(limit: int) -> bytes:
 class ConnectionGuard:
     """Counts open connections; evicts the oldest idle one or refuses past ``limit``."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> None:
         self.limit = limit
+        self.header_timeout = header_timeout
         self.open: OrderedDict[_Proxy, asyncio.BaseTransport] = OrderedDict()
         self.evicted = 0
         self.refused = 0
@@ -91,6 +95,8 @@ class _Proxy(asyncio.Protocol):
         self.guard = guard
         self.handler = handler
         self.admitted = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._transport: asyncio.BaseTransport | None = None
 
     def busy(self) -> bool:
         return bool(getattr(self.handler, "_request_in_progress", True))
@@ -103,10 +109,23 @@ class _Proxy(asyncio.Protocol):
                 transport.close()
             return
         self.admitted = True
+        self._transport = transport
+        self._deadline = asyncio.get_running_loop().call_later(
+            self.guard.header_timeout, self._head_deadline)
         self.handler.connection_made(transport)
+
+    def _head_deadline(self) -> None:
+        """No complete request head yet: close (a half-open connection)."""
+        self._deadline = None
+        if getattr(self.handler, "_request_count", 1) == 0 and not self.busy():
+            if self._transport is not None:
+                self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.gone(self)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         if self.admitted:
             self.handler.connection_lost(exc)
 

@@ -21,8 +21,8 @@ from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 
 REQUEST_ID_HEADER = "X-Skyd-Request-Id"
-# The daemon closes a connection idle for SKYD_HEADER_TIMEOUT (15 s by default): a kept-alive
-# connection idle longer than this is replaced before use, never raced.
+# The daemon closes a kept-alive connection idle for 30 s: one idle longer than this is
+# replaced before use, never raced.
 KEEPALIVE_REUSE_S = 5.0
 REATTACH_TIMEOUT = 60.0  # how long a follower waits for a daemon that died to come back
 # What a stream shows when the daemon died under it (the chunked body cut short, the
