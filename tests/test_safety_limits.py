@@ -167,12 +167,23 @@ def test_a_full_house_of_busy_streams_refuses_with_a_message(skyd_home: Path) ->
             status, doc = raw(sock_path(), b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert status == 503
             assert "busy" in doc["error"]["message"] and doc["error"]["exit_code"] == 7
+            # A submit meanwhile waits for a free slot (the same id: it runs once) ...
+            got: list[str] = []
+            sub = threading.Thread(target=lambda: got.append(
+                Client(autostart=False).submit("sleep", {"seconds": 0}, request_id="feedbeef")))
+            sub.start()
+            time.sleep(1.0)
+            assert not got  # still refused: every slot is busy
         finally:
             for s in streams:
                 s.close()
+        sub.join(20)  # ... and goes through once one frees up
+        assert got == ["feedbeef"]
         with Client(autostart=False) as c2:
             wait_for(lambda: _health(c2), timeout=10)
             c2.delete(f"/v1/requests/{rid}")
+            assert [r["id"] for r in c2.get("/v1/requests", {"verb": "sleep"})
+                    ].count("feedbeef") == 1
 
 
 def _health(c: Client) -> bool:

@@ -82,6 +82,10 @@ class RequestIdTaken(Exception):
     """The daemon has another request under the id this client chose (409)."""
 
 
+class DaemonBusy(DaemonUnavailableError):
+    """Every connection the daemon admits is serving a request (503): retry shortly."""
+
+
 def _raise_for(status: int, data: bytes) -> None:
     try:
         doc = json.loads(data) if data else {}
@@ -90,6 +94,8 @@ def _raise_for(status: int, data: bytes) -> None:
     err = doc.get("error") if isinstance(doc, dict) else None
     if status == 409 and isinstance(err, dict) and err.get("type") == "RequestIdTakenError":
         raise RequestIdTaken(str(err.get("message")))
+    if status == 503 and isinstance(err, dict) and "busy" in str(err.get("message")):
+        raise DaemonBusy(str(err.get("message")), hint=err.get("hint"))
     if isinstance(err, dict):
         raise error_from_dict(err)
     raise SkydError(f"daemon answered HTTP {status}: {data[:200].decode(errors='replace')}")
@@ -246,16 +252,25 @@ class Client:
         import secrets
 
         url = f"/v1/requests/{quote(verb, safe='.')}"
-        for _ in range(5):
-            rid = request_id or secrets.token_hex(4)
+        busy_until = time.monotonic() + REATTACH_TIMEOUT
+        rid = request_id or secrets.token_hex(4)
+        taken = 0
+        while taken < 5:
             try:
                 doc = self.request("POST", url, payload or {}, headers={REQUEST_ID_HEADER: rid},
                                    idempotent=True)
+            except DaemonBusy:
+                if time.monotonic() > busy_until:
+                    raise
+                time.sleep(0.2)  # the same id: a retry can never run the work twice
+                continue
             except RequestIdTaken:
                 if request_id is not None:
                     raise SkydError(f"request id {rid} is already used by another request",
                                     hint="submit it with another id") from None
-                continue  # another request has this id: pick a new one
+                rid = secrets.token_hex(4)  # another request has this id: pick a new one
+                taken += 1
+                continue
             return str(doc["request_id"])
         raise SkydError("could not pick a free request id", hint="retry")
 
