@@ -20,7 +20,7 @@ from tests.test_daemon_support import DaemonProc, cli, wait_for
 JOB = """resources:
   infra: local
 run: |
-  for i in $(seq 1 500); do head -c 20000 /dev/zero | tr '\\0' x; echo; done
+  for i in $(seq 1 500); do head -c 20000 /dev/zero | tr '\\0' x; echo; sleep 0.01; done
   echo END-OF-JOB
 """
 

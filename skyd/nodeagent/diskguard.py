@@ -2,11 +2,11 @@
 
 Jobs write their output straight into ``jobs/<id>/rank-<r>.log`` (O_APPEND, so the job
 survives an agent restart). When the filesystem holding the agent's home has less than
-``SKYD_LOG_LOW_WATER`` bytes free (1 MiB), every running job's log is cut back to what it
-held when the disk filled -- at most its first ``SKYD_LOG_KEEP`` bytes of run output
-(256 KiB) -- and a marker line says so; while the disk stays low each tick cuts it back to
-that marker again (the job keeps running; its newer output is dropped). Once more than
-``SKYD_LOG_HIGH_WATER`` (4 MiB) is free, a second marker says output resumes.
+``SKYD_LOG_LOW_WATER`` bytes free (1 MiB), every running job's log is cut back to at most its
+first ``SKYD_LOG_KEEP`` bytes of run output (256 KiB) and a marker line says so; for the
+rest of that job's run each tick cuts the log back to that marker again (the job keeps
+running; its newer output is dropped), so the job that filled the disk cannot fill it
+again. Logs of jobs started later are not capped until the disk is low again.
 """
 
 # ruff: noqa: UP031, UP041  (Python 3.8 runtime: keep typing aliases, %-format)
@@ -40,30 +40,30 @@ class DiskGuard:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self.low = _env_int("SKYD_LOG_LOW_WATER", 1 << 20)
-        self.high = max(self.low, _env_int("SKYD_LOG_HIGH_WATER", 4 << 20))
         self.keep = _env_int("SKYD_LOG_KEEP", 256 << 10)
         self.cut: dict[str, int] = {}  # log path -> size kept (marker included)
 
     def tick(self) -> None:
         free = free_bytes(self.agent.home)
-        if self.cut and free > self.high:
-            for path in list(self.cut):
-                self._append(Path(path), b"\n[skyd: disk space is back; output resumes]\n")
-            log.warning("disk space is back (%d bytes free): job output resumes", free)
-            self.cut.clear()
-            return
         if free >= self.low and not self.cut:
             return
+        running = {}
         for r in self.agent.queue.running_ranks():
             path = self.agent.ex.log_path(int(r["job_id"]), int(r["rank"]))
-            key = str(path)
+            running[str(path)] = r
+        for key in [k for k in self.cut if k not in running]:
+            del self.cut[key]  # its job ended: nothing writes there any more
+        for key, r in running.items():
+            path = Path(key)
             try:
                 size = os.path.getsize(key)
             except OSError:
                 continue
-            if key in self.cut:
+            if key in self.cut:  # a log that filled the disk stays capped while its job runs
                 if size > self.cut[key]:
                     self._truncate(path, self.cut[key])
+                continue
+            if free >= self.low:
                 continue
             start = self.agent.ex.run_offset(int(r["job_id"]), int(r["rank"])) or 0
             keep = min(size, start + self.keep)
