@@ -10,7 +10,10 @@ see once it settles:
   READY replicas of version 2, nothing of version 1 left (no SHUTTING_DOWN row forever);
 - ``down``: `serve down` -> the service gone, its clusters gone;
 - ``pool``: `jobs pool apply` of 2 workers then `jobs pool down` -> the pool gone;
-- ``down_all``: `down -a` of 3 clusters -> no cluster left.
+- ``down_all``: `down -a` of 3 clusters -> no cluster left;
+- ``gang_fake``: launches of 2-node gang jobs on the fake preemptible cloud (a provider with
+  its own provisioner, tests/fakes/preemptible.py) -> each SUCCEEDED with its job SUCCEEDED
+  on both ranks, or FAILED with a message and nothing left under its name.
 
 Every scenario ends with everything taken down; then no process started for the home may
 be alive and no sandbox may be left, and no request may be left non-terminal.
@@ -32,7 +35,7 @@ from tests.crash_harness import TERMINAL_REQ, Daemon, TrialResult, _wait, leftov
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "tests" / "fakes" / "replica_app.py"
-SCENARIOS = ("up", "update", "update_bg", "down", "pool", "down_all")
+SCENARIOS = ("up", "update", "update_bg", "down", "pool", "down_all", "gang_fake")
 PROBE = ("  readiness_probe:\n    path: /health\n    initial_delay_seconds: 60\n"
          "    endpoint_probe_interval_seconds: 0.2\n"
          "    consecutive_failure_threshold_timeout: 2\n")
@@ -85,7 +88,7 @@ def run_trial(seed: int, scenario: str, *, max_kills: int = 2, window: float = 4
     env = {**os.environ, "SKYD_HOME": str(home), "SKYD_SOCKET": str(base / "s.sock"),
            "SKYD_CONFIG_DIR": str(base / "config"), "PYTHONPATH": str(REPO),
            "SKYD_JOBS_POLL": "0.3", "SKYD_JOBS_BACKOFF": "0.2", "SKYD_NO_AUTOSTART": "1",
-           "SKYD_SERVE_PROBE_INTERVAL": "0.2"}
+           "SKYD_SERVE_PROBE_INTERVAL": "0.2", "SKYD_EXTRA_PLUGINS": "tests.fakes.preemptible"}
     env.pop("SKYD_CATALOG_DIR", None)
     home.mkdir(parents=True)
     saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SOCKET", "SKYD_CONFIG_DIR")}
@@ -161,6 +164,31 @@ def run_trial(seed: int, scenario: str, *, max_kills: int = 2, window: float = 4
                 if _req_done(c, rid) != "SUCCEEDED":
                     rid = c.submit("down", {"clusters": [], "all": True})
                     _wait(lambda: _req_done(c, rid), timeout, "down -a (again)")
+            elif scenario == "gang_fake":
+                ids = {}
+                for i in range(2):
+                    yaml_text = ("num_nodes: 2\nresources:\n  infra: fakecloud\n"
+                                 "run: echo rank-$SKYPILOT_NODE_RANK-of-$SKYPILOT_NUM_NODES; "
+                                 f"sleep {rng.uniform(0.1, 1.0):.2f}\n")
+                    ids[c.submit("launch", {**task_source(yaml_text=yaml_text),
+                                            "cluster_name": f"g{i}"})] = f"g{i}"
+                _kills(rng, d, res, window, max_kills)
+                c.close()
+                _wait(lambda: all(_req_done(c, r) for r in ids), timeout, "gang launches")
+                for rid, cname in ids.items():
+                    row = c.get(f"/v1/requests/{rid}")
+                    result, error = row.get("result") or {}, row.get("error")
+                    if row["status"] == "SUCCEEDED":
+                        if result.get("status") != "SUCCEEDED":
+                            res.fail(f"gang launch {cname}: job ended {result.get('status')}")
+                        jobs = c.get(f"/v1/clusters/{cname}/queue")["jobs"]
+                        if len(jobs) != 1:  # a resumed launch must not run its job again
+                            res.fail(f"gang launch {cname}: {len(jobs)} jobs on the cluster")
+                    elif not (error or {}).get("message"):
+                        res.fail(f"gang launch {cname}: {row['status']} without a message")
+                    elif [x for x in c.get("/v1/status") if x["name"] == cname
+                          and x.get("status") != "UP"]:
+                        res.fail(f"gang launch {cname} FAILED and left a half-made cluster")
             else:
                 raise ValueError(scenario)
             # Everything down; nothing left non-terminal.

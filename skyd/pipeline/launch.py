@@ -91,6 +91,28 @@ def _job_spec(task: Any, *, with_setup: bool, name: str) -> dict[str, Any]:
     }
 
 
+async def _job_rows(prov: Any, handle: ClusterHandle) -> list[dict[str, Any]]:
+    from skyd.pipeline.agents import agent
+
+    async with agent(prov, handle, 0) as c:
+        return list(await c.job_queue())
+
+
+async def _last_job_id(prov: Any, handle: ClusterHandle) -> int:
+    """The highest job id on the cluster now (0 for none): written before a submit, so a
+    restarted daemon can tell a job its predecessor submitted from older ones."""
+    return max((int(j["job_id"]) for j in await _job_rows(prov, handle)), default=0)
+
+
+async def _submitted_since(prov: Any, handle: ClusterHandle, after: int,
+                           name: str) -> int | None:
+    """The job named ``name`` submitted after job ``after`` (the one a killed daemon
+    submitted), or None when there is none."""
+    ids = [int(j["job_id"]) for j in await _job_rows(prov, handle)
+           if int(j["job_id"]) > after and j.get("name") == name]
+    return min(ids) if ids else None
+
+
 async def submit_and_follow(
     ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str,
     after_submit: Callable[[], Awaitable[None]] | None = None,
@@ -103,7 +125,15 @@ async def submit_and_follow(
     job_id = state.get("job_id")
     if job_id is None:
         spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name)
-        job_id = await backend.execute(handle, spec)
+        after = state.get("submitting_after")
+        if after is not None:
+            # A previous daemon submitted and died before it recorded the job's id: adopt
+            # that job rather than run the work twice.
+            job_id = await _submitted_since(prov, handle, int(after), str(spec["name"]))
+        if job_id is None:
+            after = await _last_job_id(prov, handle)
+            await _kv_put(store, kv_key, {**state, "submitting_after": after})
+            job_id = await backend.execute(handle, spec)
         await _kv_put(store, kv_key, {**state, "job_id": job_id})
     await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})
     ctx.emit({"type": "job_submitted", "cluster": handle.cluster_name, "job_id": job_id})
