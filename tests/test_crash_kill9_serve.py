@@ -22,6 +22,7 @@ SEEDED = [("update", 3), ("update_bg", 5), ("up", 7), ("down", 11), ("pool", 13)
           ("down_all", 17), ("gang_fake", 42)]
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(("scenario", "seed"), SEEDED)
 def test_kill9_daemon_serving_and_pools(scenario: str, seed: int) -> None:
     r = run_trial(seed, scenario)
@@ -30,6 +31,7 @@ def test_kill9_daemon_serving_and_pools(scenario: str, seed: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 def test_kill9_daemon_serving_many_trials() -> None:
     n = int(os.environ.get("SKYD_CRASH_TRIALS", "5"))
     bad = [(s, r.seed, r.problems) for s in SCENARIOS
