@@ -73,7 +73,9 @@ def test_a_resumed_launch_adopts_the_job_its_killed_daemon_submitted(skyd_home: 
             assert row["result"]["job_id"] == 2
             jobs = c.get("/v1/clusters/ad/queue")["jobs"]
             assert sorted(j["job_id"] for j in jobs) == [1, 2]  # no job 3: it ran once
-        assert cli("down", "-y", "ad").returncode == 0
     finally:
-        d.terminate()
-        d.cleanup()
+        try:
+            assert cli("down", "-y", "ad").returncode == 0
+        finally:
+            d.terminate()
+            d.cleanup()
