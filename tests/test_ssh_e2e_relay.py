@@ -45,3 +45,29 @@ async def test_launch_exec_logs_down_without_tcp_forwarding(skyd_home: Path, tmp
         for h in hosts:
             assert not node_dirs(h.home) and not (h.home / ".skyd").exists()
             assert h.forwards_opened == 0 and h.forwards_refused >= 1
+
+
+async def test_a_host_refusing_forwards_with_connect_failed_is_relayed(skyd_home: Path,
+                                                                     tmp_path: Path) -> None:
+    """A server that refuses direct-tcpip with OPEN_CONNECT_FAILED (asyncssh-based servers,
+    some bastions) while the agent is healthy by exec: skyd switches to the exec relay and
+    remembers it, instead of dying on the first gRPC call (StreamTerminatedError)."""
+    import asyncssh
+
+    priv, pub = make_keypair(tmp_path / "k")
+    async with fake_hosts(tmp_path, 1, pub, allow_forwarding=False,
+                          refusal_code=asyncssh.OPEN_CONNECT_FAILED) as hosts:
+        write_pools(skyd_home.parent / "config", {"bastion": hosts}, priv)
+        async with daemon():
+            r = await cli("launch", "-y", "-c", "cf", "--infra", "ssh/bastion",
+                          "echo via-$((6*7))")
+            assert r.returncode == 0, r
+            assert "via-42" in r.stdout, r
+            r = await cli("exec", "cf", "echo again")
+            assert r.returncode == 0 and "again" in r.stdout, r
+            r = await cli("down", "-y", "cf")
+            assert r.returncode == 0, r
+        assert allocations_sync() == {}
+        h = hosts[0]
+        assert h.forwards_opened == 0 and h.forwards_refused >= 1
+        assert not node_dirs(h.home)

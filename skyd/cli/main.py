@@ -118,11 +118,12 @@ def _save_traceback() -> str:
     import traceback
 
     from skyd import paths
+    from skyd.privatefs import open_private, private_mkdir
 
     p = paths.logs_dir() / "cli-errors.log"
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a") as fh:
+        private_mkdir(p.parent)  # SKYD_HOME and logs/ 0700, the file 0600
+        with os.fdopen(open_private(p), "a") as fh:
             fh.write(f"--- skyd {' '.join(sys.argv[1:])}\n{traceback.format_exc()}\n")
     except OSError:
         return "(could not write the log)"

@@ -22,6 +22,7 @@ class ErrorBody(BaseModel):
 
 class SubmitResponse(BaseModel):
     request_id: str
+    created: bool = True  # False: a resubmit under an existing X-Skyd-Request-Id
 
 
 class RequestRecord(BaseModel):

@@ -12,7 +12,6 @@ import os
 import resource
 import signal
 import socket
-import stat
 import sys
 import time
 import traceback
@@ -24,12 +23,20 @@ import anyio
 from anyio.abc import TaskGroup
 
 from skyd import paths
-from skyd.daemon import registry
+from skyd.daemon import diskspace, registry
 from skyd.daemon.bus import EventBus
+from skyd.daemon.connections import (
+    KEEPALIVE_TIMEOUT,
+    ConnectionGuard,
+    GuardedSockSite,
+    header_timeout_from_env,
+    limit_from_env,
+)
 from skyd.daemon.notify import sd_notify
 from skyd.daemon.requests import RequestManager
 from skyd.daemon.store import Store
 from skyd.errors import DaemonUnavailableError
+from skyd.privatefs import PRIVATE_UMASK, private_mkdir, tighten_home, unsafe_dir_reason
 
 log = logging.getLogger("skyd.daemon")
 
@@ -52,6 +59,7 @@ class Daemon:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._pid_fd: int | None = None
+        self.connections = ConnectionGuard(1)
 
     # -- plugin API ------------------------------------------------------------------
     @property
@@ -99,13 +107,32 @@ class Daemon:
 
     # -- lifecycle -------------------------------------------------------------------
     async def serve(self) -> None:
-        setup_logging()
-        _raise_nofile()
-        self._lock_pid_file()
+        # Everything the daemon writes is private from its first write (state.db and its
+        # WAL, logs, request files, node directories and the agents it starts).
+        old_umask = os.umask(PRIVATE_UMASK)
+        # Jobs on local nodes run under the user's own umask, not the daemon's.
+        os.environ.setdefault("SKYD_JOB_UMASK", f"{old_umask:03o}")
         try:
-            await self._serve()
+            private_mkdir(paths.home())
+            prepare_socket_dir(self.socket_path)
+            degraded = diskspace.start_degraded_if_full()
+            setup_logging()
+            if degraded:
+                log.warning("starting on a full disk (%s): the reserve was released; "
+                            "requests that write may fail until there is room",
+                            paths.home())
+            _raise_nofile()
+            self._lock_pid_file()
+            try:
+                changed = await anyio.to_thread.run_sync(tighten_home, paths.home())
+                if changed:
+                    log.info("made %d existing file(s)/dir(s) under %s private", changed,
+                             paths.home())
+                await self._serve()
+            finally:
+                self._unlock_pid_file()
         finally:
-            self._unlock_pid_file()
+            os.umask(old_umask)
 
     async def _serve(self) -> None:
         from aiohttp import web
@@ -117,18 +144,21 @@ class Daemon:
         self._shutdown = list(registry.SHUTDOWN_HOOKS) + self._shutdown
         await self.store.open()
         log.info("skyd daemon pid %d starting (home %s, socket %s)", self.pid, paths.home(), self.socket_path)
+        # Deadlines for request heads and idle keep-alive: see skyd.daemon.connections.
         runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=1.0,
-                               handle_signals=False)
+                               handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
+        self.connections = ConnectionGuard(limit_from_env(), header_timeout_from_env())
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._signals, name="signals")
+                self.spawn("disk reserve", diskspace.keep_reserve)
                 await self.requests.reconcile()
                 for hook in self._startup:
                     await hook(self)
                 await runner.setup()
                 sock = bind_socket(self.socket_path)
-                site = web.SockSite(runner, sock)
+                site = GuardedSockSite(runner, sock, self.connections)
                 await site.start()
                 sd_notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=serving on {self.socket_path}")
                 log.info("ready: serving on %s", self.socket_path)
@@ -165,7 +195,7 @@ class Daemon:
 
     def _lock_pid_file(self) -> None:
         pf = paths.pid_file()
-        pf.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_mkdir(pf.parent)
         fd = os.open(pf, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -176,33 +206,61 @@ class Daemon:
                 f"a skyd daemon (pid {other}) already runs for {paths.home()}",
                 hint="stop it first: skyd daemon stop",
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{self.pid}\n".encode())
         self._pid_fd = fd
+        try:
+            # Written in place at a fixed width (no truncate): the file's block is reused, so
+            # a restart on a full disk still records its pid.
+            os.pwrite(fd, f"{self.pid:<15}\n".encode(), 0)
+        except OSError as e:  # a full disk: the lock is what counts; the pid is a courtesy
+            log.warning("cannot write the pid file %s: %s", pf, e)
 
     def _unlock_pid_file(self) -> None:
         if self._pid_fd is not None:
             with contextlib.suppress(OSError):
-                os.ftruncate(self._pid_fd, 0)
+                os.pwrite(self._pid_fd, b" " * 15 + b"\n", 0)  # keep the block (full disks)
             os.close(self._pid_fd)
             self._pid_fd = None
 
 
-def _private_dir_candidate(d: Path) -> bool:
-    st = d.stat()
-    shared = st.st_mode & (stat.S_ISVTX | stat.S_IWOTH)
-    return st.st_uid == os.getuid() and not shared
+def _skyd_owned_dir(d: Path) -> bool:
+    """A socket directory that is skyd's own by name (SKYD_HOME/run, $XDG_RUNTIME_DIR/skyd):
+    it may be tightened even when an earlier run (or version) created it."""
+    ours = {paths.home() / "run"}
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        ours.add(Path(runtime) / "skyd")
+    try:
+        real = d.resolve()
+        return any(real == o.resolve() for o in ours) and d.stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def prepare_socket_dir(path: Path) -> None:
+    """The socket's directory, checked (and created 0700 when missing) before anything else
+    starts: an unsafe one is refused with a message (DaemonUnavailableError)."""
+    created = private_mkdir(path.parent)
+    if not created:
+        if _skyd_owned_dir(path.parent):
+            os.chmod(path.parent, 0o700)
+        else:
+            reason = unsafe_dir_reason(path.parent)
+            if reason is not None:
+                raise DaemonUnavailableError(
+                    f"refusing to put the daemon's socket {path} there: {reason}",
+                    hint="set SKYD_SOCKET to a path in a directory of your own (a new "
+                         "directory is created 0700)")
 
 
 def bind_socket(path: Path) -> socket.socket:
-    """A listening AF_UNIX socket at ``path``: directory 0700, socket 0600 (no window).
+    """A listening AF_UNIX socket at ``path``: socket 0600 (no window with a wider mode).
 
-    The directory is tightened only when it is ours alone: a shared directory (sticky or
-    world-writable, such as /tmp, or owned by someone else) is left as it is -- the socket's
-    own 0600 mode and the peer-uid check guard it there."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if _private_dir_candidate(path.parent):
-        os.chmod(path.parent, 0o700)
+    Only directories skyd created (now, or skyd's own by name: SKYD_HOME/run,
+    $XDG_RUNTIME_DIR/skyd) are made 0700. Any other directory is never changed: a shared
+    one (sticky, such as /tmp) or one of the user's (~/project, /) is used as it is -- the
+    socket's 0600 and the peer-uid check guard it -- and one where another user could
+    replace the socket (writable by others and not sticky, or someone else's) is refused."""
+    prepare_socket_dir(path)
     if path.exists() or path.is_symlink():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -239,7 +297,7 @@ def load_plugins() -> None:
 
 def setup_logging() -> None:
     logfile = paths.daemon_log()
-    logfile.parent.mkdir(parents=True, exist_ok=True)
+    private_mkdir(logfile.parent)
     root = logging.getLogger()
     if any(getattr(h, "_skyd", False) for h in root.handlers):
         return
@@ -266,10 +324,27 @@ def _raise_nofile() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT."""
     try:
-        anyio.run(Daemon().serve)
+        try:
+            anyio.run(Daemon().serve)
+        except BaseExceptionGroup as eg:  # raised at start inside the root task group
+            first = _first_unavailable(eg)
+            if first is None:
+                raise
+            raise first from None
     except DaemonUnavailableError as e:
         print(f"error: {e}", file=sys.stderr)
         if e.hint:
             print(f"hint: {e.hint}", file=sys.stderr)
         return e.exit_code
     return 0
+
+
+def _first_unavailable(eg: BaseExceptionGroup) -> DaemonUnavailableError | None:  # type: ignore[type-arg]
+    for e in eg.exceptions:
+        if isinstance(e, DaemonUnavailableError):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            found = _first_unavailable(e)
+            if found is not None:
+                return found
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import AsyncIterable
 from pathlib import Path
@@ -11,6 +13,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from skyd.daemon.store import Store, dumps, dumps_finite
+from skyd.errors import SkydError
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -41,6 +44,7 @@ class RequestContext:
         "request_id", "verb", "payload", "daemon", "store", "bus", "cancel_scope", "tg",
         "resumed", "log_path", "_pending", "_flushing", "_write_lock", "_seq", "_changed",
         "_stage_starts", "_stages", "_partial", "finished", "done", "shutdown",
+        "storage_error", "dropped",
     )
 
     def __init__(
@@ -74,6 +78,8 @@ class RequestContext:
         self.finished = False
         self.done = anyio.Event()
         self.shutdown = False  # set when the daemon (not a user) cancels the request
+        self.storage_error: SkydError | None = None  # set when its writes fail (full disk)
+        self.dropped = 0  # events that could not be written
 
     @property
     def root_tg(self) -> TaskGroup:
@@ -102,14 +108,44 @@ class RequestContext:
 
     async def flush(self) -> None:
         """Append every queued event to the log file (in a worker thread), then wake
-        followers. Lines leave the queue only once written: a cancelled flush loses none."""
+        followers. Lines leave the queue only once written: a cancelled flush loses none.
+
+        A write that fails (a full disk) never reaches the daemon's root group: the partial
+        write is undone, the lines are dropped (counted), the disk reserve is released and
+        the request is failed with "disk full at PATH" (:meth:`storage_failed`)."""
         async with self._write_lock:
             n = len(self._pending)
             if n == 0:
                 return
-            await anyio.to_thread.run_sync(_append, self.log_path, b"".join(self._pending[:n]))
+            try:
+                await anyio.to_thread.run_sync(_append, self.log_path,
+                                               b"".join(self._pending[:n]))
+            except OSError as e:
+                from skyd.daemon import diskspace
+
+                del self._pending[:n]
+                self.dropped += n
+                if diskspace.is_full(e):
+                    diskspace.release()
+                    self.storage_failed(SkydError(
+                        f"disk full at {self.log_path}: the request's events could not be "
+                        f"written ({n} dropped)",
+                        hint=f"free space on the filesystem holding {self.log_path.parent}; "
+                             "skyd goes on by itself once there is room"))
+                else:
+                    self.storage_failed(SkydError(
+                        f"cannot write {self.log_path}: {e.strerror or e}",
+                        hint="check that SKYD_HOME is writable"))
+                return
             del self._pending[:n]
         self.notify()
+
+    def storage_failed(self, err: SkydError) -> None:
+        """The request cannot go on writing its state: it ends FAILED with ``err``."""
+        if self.storage_error is None:
+            self.storage_error = err
+        if not self.finished:
+            self.cancel_scope.cancel()
 
     def notify(self) -> None:
         if self._changed is not None:
@@ -169,9 +205,22 @@ class RequestContext:
 
 
 def _append(path: Path, data: bytes) -> None:
+    """Append whole lines or nothing: a write cut short (ENOSPC) is truncated away, so a
+    reader never sees half a line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as fh:
-        fh.write(data)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 class ReadContext:

@@ -95,6 +95,9 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
 
 
 def http_status_for(err: SkydError) -> int:
+    explicit = getattr(err, "http_status", None)
+    if isinstance(explicit, int):
+        return explicit
     if isinstance(err, NotFoundError):
         return 404
     if isinstance(err, InvalidSpecError):

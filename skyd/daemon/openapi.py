@@ -49,7 +49,14 @@ def build_openapi() -> dict[str, Any]:
         op: dict[str, Any] = {
             "summary": verb.summary or f"Submit a {verb.name} request",
             "x-resumable": verb.resumable,
-            "responses": {"201": _json(_schema(m.SubmitResponse, comps)), "400": err}}
+            "parameters": [{
+                "name": "X-Skyd-Request-Id", "in": "header", "required": False,
+                "description": "the request's id, chosen by the client (8-32 lowercase hex): "
+                               "sending the same request again under it runs nothing new",
+                "schema": {"type": "string", "pattern": "^[0-9a-f]{8,32}$"}}],
+            "responses": {"201": _json(_schema(m.SubmitResponse, comps)),
+                          "200": _json(_schema(m.SubmitResponse, comps)), "400": err,
+                          "409": err, "413": err}}
         body = _schema(verb.body, comps) if verb.body else {"type": "object"}
         op["requestBody"] = {"content": {"application/json": {"schema": body}}}
         paths[f"/v1/requests/{verb.name}"] = {"post": op}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import sqlite3
 import time
@@ -32,8 +33,16 @@ PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
     "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED",
 )
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+REQUEST_ID_HEADER = "X-Skyd-Request-Id"
+CLIENT_ID_RE = re.compile(r"[0-9a-f]{8,32}")
 LIST_COLUMNS = "id, verb, status, created_at, started_at, finished_at, cluster_name, error"
 MAX_READ_CHUNK = 1 << 20
+
+
+class RequestIdTakenError(SkydError):
+    """A client-chosen request id that another request already has (HTTP 409)."""
+
+    http_status = 409
 
 
 def validation_error(exc: pydantic.ValidationError, what: str) -> InvalidSpecError:
@@ -96,7 +105,22 @@ class RequestManager:
         self.accepting = True
 
     # -- submit / run ----------------------------------------------------------------
-    async def submit(self, verb_name: str, payload: Any) -> str:
+    async def submit(self, verb_name: str, payload: Any, request_id: str | None = None) -> str:
+        """Create and start a request; its id. ``request_id``: the id the client chose, so a
+        client that lost the answer (the daemon died, the connection broke) can send the same
+        request again and never run it twice: a row with that id and the same verb and
+        payload is the answer (its id is returned, nothing new starts); a row with that id
+        for anything else is RequestIdTakenError (409, the client picks another id)."""
+        rid, _ = await self.submit_idempotent(verb_name, payload, request_id)
+        return rid
+
+    async def submit_idempotent(self, verb_name: str, payload: Any,
+                                request_id: str | None = None) -> tuple[str, bool]:
+        """:meth:`submit`, plus whether the request was created now (False: a resubmit)."""
+        if request_id is not None and not CLIENT_ID_RE.fullmatch(request_id):
+            raise InvalidSpecError(
+                f"request id {request_id[:40]!r} must be 8 to 32 lowercase hex characters",
+                field=REQUEST_ID_HEADER)
         if not self.accepting:
             from skyd.errors import DaemonUnavailableError
 
@@ -123,13 +147,20 @@ class RequestManager:
                     await run_check(verb.check, payload)
             except SkydError as e:
                 raise request_secrets.mask_error(e, held) from None
+        if request_id is not None:
+            if await self._same_request(request_id, verb_name, clean):
+                return request_id, False
         now = time.time()
         pid = self.daemon.pid
         for _ in range(10):
-            rid = secrets.token_hex(4)
+            rid = request_id or secrets.token_hex(4)
             stored = await request_secrets.store(rid, clean, held)
             if stored is None:
-                continue
+                if request_id is not None:  # left by an attempt that died before its row
+                    await request_secrets.discard(rid, held)
+                    stored = await request_secrets.store(rid, clean, held)
+                if stored is None:
+                    continue
             try:
                 await self.daemon.store.execute(
                     "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid, "
@@ -140,12 +171,31 @@ class RequestManager:
                 break
             except sqlite3.IntegrityError:
                 await request_secrets.discard(rid, held)
+                if request_id is not None:  # the same id raced in: it is the answer, or taken
+                    if await self._same_request(request_id, verb_name, clean):
+                        return request_id, False
                 continue
         else:  # pragma: no cover - 10 collisions of 32 random bits
             raise RuntimeError("could not allocate a request id")
         self._start(SecretAwareContext(rid, verb_name, payload, self.daemon,
                                        paths.request_log(rid)))
-        return rid
+        return rid, True
+
+    async def _same_request(self, rid: str, verb: str, clean: dict[str, Any]) -> bool:
+        """True when request ``rid`` exists and is this request (verb and payload, secret
+        values aside); RequestIdTakenError when it exists and is another; False if absent."""
+        row = await self.daemon.store.fetchone(
+            "SELECT verb, payload FROM requests WHERE id = ?", (rid,), json_cols=("payload",))
+        if row is None:
+            return False
+        had = dict(row["payload"] or {})
+        had.pop(request_secrets.SECRET_REF, None)
+        if row["verb"] == verb and had == json.loads(dumps(clean)):
+            log.info("request %s (%s) submitted again: answered with the existing one", rid, verb)
+            return True
+        raise RequestIdTakenError(
+            f"request id {rid} is already used by another request",
+            field=REQUEST_ID_HEADER, hint="send the request with a new id")
 
     def _start(self, ctx: RequestContext) -> None:
         self.active[ctx.request_id] = ctx
@@ -214,6 +264,9 @@ class RequestManager:
         if ctx.finished:
             return
         ctx.finished = True
+        if ctx.storage_error is not None and not ctx.shutdown:
+            # Its state could not be written (a full disk): FAILED, saying where.
+            status, result, error = FAILED, None, ctx.storage_error.to_dict()
         try:
             if status == CANCELLED and ctx.shutdown and VERBS[ctx.verb].resumable:
                 # Leave it RUNNING: the next daemon resumes it.

@@ -15,6 +15,8 @@ import pydantic
 from aiohttp import web
 
 from skyd import paths
+from skyd.daemon import limits
+from skyd.daemon.connections import read_body
 from skyd.daemon.context import ReadContext
 from skyd.daemon.http import (
     MAX_JSON_DEPTH,
@@ -25,7 +27,7 @@ from skyd.daemon.http import (
     json_response,
 )
 from skyd.daemon.registry import READS, VERBS, Read
-from skyd.daemon.requests import validation_error
+from skyd.daemon.requests import REQUEST_ID_HEADER, validation_error
 from skyd.errors import InvalidSpecError, SkydError
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skyd.daemon.server")
 
-MAX_BODY = 16 * 1024 * 1024
+MAX_BODY = limits.MAX_BODY
 _CRED = struct.Struct("3i")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -90,8 +92,9 @@ def build_app(daemon: Daemon) -> web.Application:
 
     async def submit(request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
-        rid = await rm.submit(request.match_info["verb"], body)
-        return json_response({"request_id": rid}, 201)
+        rid, created = await rm.submit_idempotent(
+            request.match_info["verb"], body, request.headers.get(REQUEST_ID_HEADER) or None)
+        return json_response({"request_id": rid, "created": created}, 201 if created else 200)
 
     async def req_ls(request: web.Request) -> web.StreamResponse:
         q = request.query
@@ -128,7 +131,13 @@ def build_app(daemon: Daemon) -> web.Application:
 
 
 async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()
+    try:
+        raw = await read_body(request)
+    except web.HTTPRequestEntityTooLarge:
+        raise limits.PayloadTooLargeError(
+            f"the request body is too large: over {MAX_BODY // (1024 * 1024)} MiB", field="body",
+            hint="a task's run/setup, envs and paths fit easily; put data in files "
+                 "(workdir, file_mounts)") from None
     if not raw.strip():
         return None
     deep = False
@@ -142,6 +151,7 @@ async def _json_body(request: web.Request) -> Any:
     if problem is not None:
         raise InvalidSpecError(f"request body refused: {problem}", field="body",
                                hint="send plain JSON text of reasonable depth") from None
+    limits.check_sizes(body)
     return body
 
 

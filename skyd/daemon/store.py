@@ -8,6 +8,7 @@ Inside a ``tx()`` block, read through the yielded connection to see your own wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -161,12 +162,23 @@ class Store:
             await _begin_immediate(db)
             try:
                 yield db
-            except BaseException:
+            except BaseException as e:
                 with anyio.CancelScope(shield=True):
-                    await db.execute("ROLLBACK")
+                    if not _on_write_error(e) or db.in_transaction:
+                        # (SQLite may have rolled a full-disk failure back by itself)
+                        await db.execute("ROLLBACK")
                 raise
             with anyio.CancelScope(shield=True):
-                await db.execute("COMMIT")
+                try:
+                    await db.execute("COMMIT")
+                except BaseException as e:
+                    # A COMMIT that fails (a full disk) can leave the transaction open: every
+                    # later write would fail with it. Roll it back; the caller sees the error.
+                    with contextlib.suppress(sqlite3.Error):
+                        if db.in_transaction:
+                            await db.execute("ROLLBACK")
+                    _on_write_error(e)
+                    raise
                 self.generation += 1
 
     async def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> int:
@@ -238,6 +250,18 @@ class Store:
         )
 
 
+def _on_write_error(exc: BaseException) -> bool:
+    """A write that failed because the disk is full releases the disk reserve (room for the
+    writes that end the failure; skyd.daemon.diskspace). True for such a failure."""
+    if isinstance(exc, sqlite3.Error | OSError):
+        from skyd.daemon import diskspace
+
+        if diskspace.is_full(exc):
+            diskspace.release()
+            return True
+    return False
+
+
 def storage_error(exc: BaseException, db_path: Path | None = None) -> SkydError | None:
     """A SkydError naming the path and the fix for a write that failed because the disk is
     full or the state database (or its directory) is read-only; None for anything else."""
@@ -249,7 +273,7 @@ def storage_error(exc: BaseException, db_path: Path | None = None) -> SkydError 
     text = str(exc).lower()
     if isinstance(exc, sqlite3.OperationalError):
         if "disk is full" in text or ("disk i/o error" in text and _full(db)):
-            return SkydError(f"disk full: cannot write the state database {db}",
+            return SkydError(f"disk full at {db}: cannot write the state database",
                              hint=f"free space on the filesystem holding {db.parent}, then retry")
         if "readonly" in text or "read-only" in text:
             return SkydError(f"state database is read-only: {db}",
@@ -257,7 +281,7 @@ def storage_error(exc: BaseException, db_path: Path | None = None) -> SkydError 
         return None
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = exc.filename or db.parent
-        return SkydError(f"disk full: cannot write {where}",
+        return SkydError(f"disk full at {where}: cannot write it",
                          hint="free space on that filesystem, then retry")
     if isinstance(exc, OSError) and exc.errno == errno.EROFS:
         where = exc.filename or db.parent

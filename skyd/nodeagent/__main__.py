@@ -53,6 +53,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("MULTIDICT_NO_EXTENSIONS", "1")
     args = parse_args(argv)
+    # The agent's own files (agent.json, jobs.db, logs, tokens) are private from the first
+    # write; jobs get back the umask the agent was started with (executor.JOB_UMASK).
+    from . import executor
+
+    started_with = os.umask(0o077)
+    try:  # a local node's agent is started by the (private) daemon: it says the user's umask
+        executor.JOB_UMASK = int(os.environ.get("SKYD_JOB_UMASK", ""), 8) & 0o777
+    except ValueError:
+        executor.JOB_UMASK = started_with
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,

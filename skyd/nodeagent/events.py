@@ -11,6 +11,7 @@ import sqlite3
 import time
 
 from .core import Agent
+from .diskguard import DiskGuard
 
 log = logging.getLogger("skyd.nodeagent")
 
@@ -34,8 +35,13 @@ async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0
     """Runs until cancelled. Wakes on agent.wake (submit, job end) or every tick_s."""
     next_beat = 0.0
     heartbeat = agent.home / "heartbeat"
+    guard = DiskGuard(agent)
     while not agent.exit_requested.is_set():
         now = time.time()
+        try:
+            guard.tick()  # a full disk: job logs stop growing (before anything else writes)
+        except Exception as e:  # noqa: BLE001 - never ends the loop
+            log.warning("disk guard: %r", e)
         try:
             if now >= next_beat:
                 tmp = heartbeat.with_suffix(".tmp")

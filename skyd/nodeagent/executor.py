@@ -33,6 +33,9 @@ GANG_WRAPPER = '{ read -r -u "$3" _; kill -KILL 0; } & ' + WRAPPER
 # skyd.transports.sandbox_ns), named by the agent's SKYD_JOB_WRAPPER.
 JOB_WRAPPER_ENV = "SKYD_JOB_WRAPPER"
 KILL_GRACE_S = 5.0
+# The umask a job runs under: the one the agent was started with (its own is 077, set in
+# __main__), so files a job writes have the modes they would have on any machine.
+JOB_UMASK = 0o022
 
 
 def proc_start_time(pid: int) -> str | None:
@@ -216,7 +219,8 @@ class Executor:
         env = job_env(spec, job_id, rank, phase, gpu_slots, self.vendor, self.cluster)
         if phase == "run":
             self._mark_run_offset(job_id, rank)
-        argv = ["bash", "-c", WRAPPER, "skyd-job-%d" % job_id, str(script),
+        umask = "umask %03o; " % JOB_UMASK
+        argv = ["bash", "-c", umask + WRAPPER, "skyd-job-%d" % job_id, str(script),
                 str(self._exit_path(job_id, rank, phase))]  # fmt: skip
         gang = int(spec.get("num_nodes") or 1) > 1 and self.life_fd is not None
         wrapper = os.environ.get(JOB_WRAPPER_ENV) or ""
@@ -225,7 +229,7 @@ class Executor:
         argv += [str(self.life_fd) if gang else "", wrapper]
         pass_fds: tuple[int, ...] = ()
         if gang and self.life_fd is not None:
-            argv[2] = GANG_WRAPPER
+            argv[2] = umask + GANG_WRAPPER
             pass_fds = (self.life_fd,)
         with open(str(self.log_path(job_id, rank)), "ab") as log:
             proc = subprocess.Popen(

@@ -93,6 +93,28 @@ def _ecc_prelude(gpus: int) -> str:
     return ECC_OFF if gpus and config.current().get("nvidia_gpus", "disable_ecc") else ""
 
 
+async def _job_rows(prov: Any, handle: ClusterHandle) -> list[dict[str, Any]]:
+    from skyd.pipeline.agents import agent
+
+    async with agent(prov, handle, 0) as c:
+        return list(await c.job_queue())
+
+
+async def _last_job_id(prov: Any, handle: ClusterHandle) -> int:
+    """The highest job id on the cluster now (0 for none): written before a submit, so a
+    restarted daemon can tell a job its predecessor submitted from older ones."""
+    return max((int(j["job_id"]) for j in await _job_rows(prov, handle)), default=0)
+
+
+async def _submitted_since(prov: Any, handle: ClusterHandle, after: int,
+                           name: str) -> int | None:
+    """The job named ``name`` submitted after job ``after`` (the one a killed daemon
+    submitted), or None when there is none."""
+    ids = [int(j["job_id"]) for j in await _job_rows(prov, handle)
+           if int(j["job_id"]) > after and j.get("name") == name]
+    return min(ids) if ids else None
+
+
 async def submit_and_follow(
     ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str,
     after_submit: Callable[[], Awaitable[None]] | None = None,
@@ -106,7 +128,15 @@ async def submit_and_follow(
     if job_id is None:
         spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name,
                          res=planner.resources_on(task, handle))
-        job_id = await backend.execute(handle, spec)
+        after = state.get("submitting_after")
+        if after is not None:
+            # A previous daemon submitted and died before it recorded the job's id: adopt
+            # that job rather than run the work twice.
+            job_id = await _submitted_since(prov, handle, int(after), str(spec["name"]))
+        if job_id is None:
+            after = await _last_job_id(prov, handle)
+            await store.kv_set(kv_key, {**state, "submitting_after": after})
+            job_id = await backend.execute(handle, spec)
         await store.kv_set(kv_key, {**state, "job_id": job_id})
     await ctx.set_result_partial({"cluster": handle.cluster_name, "cluster_name": handle.cluster_name, "job_id": job_id})
     ctx.emit({"type": "job_submitted", "cluster": handle.cluster_name, "job_id": job_id})

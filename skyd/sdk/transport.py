@@ -20,6 +20,10 @@ from urllib.parse import quote, urlencode
 from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 
+REQUEST_ID_HEADER = "X-Skyd-Request-Id"
+# The daemon closes a kept-alive connection idle for 30 s: one idle longer than this is
+# replaced before use, never raced.
+KEEPALIVE_REUSE_S = 5.0
 REATTACH_TIMEOUT = 60.0  # how long a follower waits for a daemon that died to come back
 # What a stream shows when the daemon died under it (the chunked body cut short, the
 # socket reset or refused while reconnecting).
@@ -35,15 +39,30 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.unix_path = path
 
     def connect(self) -> None:
+        self.sock = _connect_unix(self.unix_path, self.timeout)
+
+
+def _connect_unix(path: str, timeout: float | None) -> socket.socket:
+    """Connect to a Unix socket. A full listen backlog (the daemon accepting a burst of
+    connections) answers a connect with a timeout EAGAIN at once: retried until ``timeout``."""
+    deadline = time.monotonic() + (timeout if timeout is not None else 30.0)
+    delay = 0.005
+    while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            s.settimeout(self.timeout)
+        if timeout is not None:
+            s.settimeout(timeout)
         try:
-            s.connect(self.unix_path)
+            s.connect(path)
+            return s
+        except BlockingIOError:
+            s.close()
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
         except BaseException:
             s.close()
             raise
-        self.sock = s
 
 
 def _url(path: str, params: dict[str, Any] | None) -> str:
@@ -59,12 +78,24 @@ def _url(path: str, params: dict[str, Any] | None) -> str:
     return path
 
 
+class RequestIdTaken(Exception):
+    """The daemon has another request under the id this client chose (409)."""
+
+
+class DaemonBusy(DaemonUnavailableError):
+    """Every connection the daemon admits is serving a request (503): retry shortly."""
+
+
 def _raise_for(status: int, data: bytes) -> None:
     try:
         doc = json.loads(data) if data else {}
     except ValueError:
         doc = {}
     err = doc.get("error") if isinstance(doc, dict) else None
+    if status == 409 and isinstance(err, dict) and err.get("type") == "RequestIdTakenError":
+        raise RequestIdTaken(str(err.get("message")))
+    if status == 503 and isinstance(err, dict) and "busy" in str(err.get("message")):
+        raise DaemonBusy(str(err.get("message")), hint=err.get("hint"))
     if isinstance(err, dict):
         raise error_from_dict(err)
     raise SkydError(f"daemon answered HTTP {status}: {data[:200].decode(errors='replace')}")
@@ -84,6 +115,7 @@ class Client:
         self.autostart = autostart
         self.timeout = timeout
         self._conn: UnixHTTPConnection | None = None
+        self._last_used = time.monotonic()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -98,25 +130,44 @@ class Client:
 
     # -- plumbing --------------------------------------------------------------------
     def _open(self, method: str, url: str, body: Any, *, fresh: bool,
-              timeout: float | None) -> tuple[UnixHTTPConnection, http.client.HTTPResponse]:
+              timeout: float | None, headers: dict[str, str] | None = None,
+              idempotent: bool = False,
+              ) -> tuple[UnixHTTPConnection, http.client.HTTPResponse]:
+        """Send one request; its connection and response. ``idempotent``: the request may be
+        sent again whatever happened to the first try (a submit under a client-chosen id):
+        while the daemon is gone it is restarted (when allowed) and the request resent,
+        for up to REATTACH_TIMEOUT seconds."""
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        hdrs = {"Content-Type": "application/json"} if payload is not None else {}
+        hdrs.update(headers or {})
         started = stale_retried = False
+        deadline = time.monotonic() + REATTACH_TIMEOUT
         while True:
             conn = UnixHTTPConnection(self.socket_path, timeout) if fresh else self._keepalive()
             try:
-                conn.request(method, url, body=payload, headers=headers)
-                return conn, conn.getresponse()
+                conn.request(method, url, body=payload, headers=hdrs)
+                resp = conn.getresponse()
+                self._last_used = time.monotonic()
+                return conn, resp
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 self._drop(conn, fresh)
+                if idempotent and self.autostart and time.monotonic() < deadline:
+                    self._wait_for_daemon(max(1.0, deadline - time.monotonic()), e)
+                    continue
                 if not self.autostart or started:
                     raise self._unavailable(e) from None
                 ensure_daemon(self.socket_path)
                 started = True
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 # A keep-alive connection the daemon closed meanwhile: retry once on a new one
-                # (a POST only when it cannot have been received).
+                # (a POST only when it cannot have been received, or when it is idempotent:
+                # the daemon died under it, and it comes back to answer the same request).
                 self._drop(conn, fresh)
+                if idempotent and time.monotonic() < deadline:
+                    if stale_retried or fresh:
+                        self._wait_for_daemon(max(1.0, deadline - time.monotonic()), e)
+                    stale_retried = True
+                    continue
                 resend_ok = method != "POST" or isinstance(e, BrokenPipeError)
                 if fresh or stale_retried or not resend_ok:
                     raise self._unavailable(e) from None
@@ -137,14 +188,18 @@ class Client:
         )
 
     def _keepalive(self) -> UnixHTTPConnection:
+        if self._conn is not None and time.monotonic() - self._last_used > KEEPALIVE_REUSE_S:
+            self.close()  # the daemon closes idle connections: never race it with a POST
         if self._conn is None:
             self._conn = UnixHTTPConnection(self.socket_path, self.timeout)
         return self._conn
 
     # -- JSON calls ------------------------------------------------------------------
     def request(self, method: str, path: str, body: Any = None,
-                params: dict[str, Any] | None = None) -> Any:
-        _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout)
+                params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
+                idempotent: bool = False) -> Any:
+        _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout,
+                             headers=headers, idempotent=idempotent)
         data = resp.read()
         if resp.status >= 400:
             _raise_for(resp.status, data)
@@ -189,8 +244,35 @@ class Client:
             yield json.loads(buf)
 
     # -- requests --------------------------------------------------------------------
-    def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
-        return str(self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {})["request_id"])
+    def submit(self, verb: str, payload: dict[str, Any] | None = None,
+               request_id: str | None = None) -> str:
+        """Submit under a request id chosen here, so the request can be sent again after the
+        daemon died before answering (restarted when allowed) and still runs once: the
+        daemon answers a repeat with the request it already has."""
+        import secrets
+
+        url = f"/v1/requests/{quote(verb, safe='.')}"
+        busy_until = time.monotonic() + REATTACH_TIMEOUT
+        rid = request_id or secrets.token_hex(4)
+        taken = 0
+        while taken < 5:
+            try:
+                doc = self.request("POST", url, payload or {}, headers={REQUEST_ID_HEADER: rid},
+                                   idempotent=True)
+            except DaemonBusy:
+                if time.monotonic() > busy_until:
+                    raise
+                time.sleep(0.2)  # the same id: a retry can never run the work twice
+                continue
+            except RequestIdTaken:
+                if request_id is not None:
+                    raise SkydError(f"request id {rid} is already used by another request",
+                                    hint="submit it with another id") from None
+                rid = secrets.token_hex(4)  # another request has this id: pick a new one
+                taken += 1
+                continue
+            return str(doc["request_id"])
+        raise SkydError("could not pick a free request id", hint="retry")
 
     def events(self, request_id: str, follow: bool = True,
                reattach_timeout: float = REATTACH_TIMEOUT) -> Iterator[dict[str, Any]]:
@@ -287,8 +369,10 @@ def ensure_daemon(socket_path: str | Path | None = None, timeout: float = 30.0) 
     sp = str(socket_path or paths.socket_path())
     if socket_answers(sp):
         return False
+    from skyd.privatefs import private_mkdir
+
     rundir = paths.home() / "run"
-    rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_mkdir(rundir)  # SKYD_HOME and run/ 0700 from the start
     fd = os.open(rundir / "start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout
@@ -310,8 +394,10 @@ def ensure_daemon(socket_path: str | Path | None = None, timeout: float = 30.0) 
 def _spawn_and_wait(sp: str, deadline: float) -> bool:
     import subprocess
 
+    from skyd.privatefs import open_private, private_mkdir
+
     logs = paths.logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
+    private_mkdir(logs)
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
     env["SKYD_SOCKET"] = sp
@@ -320,7 +406,7 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
         # unpacked bundle (onefile) is removed when it exits.
         env["PYINSTALLER_RESET_ENVIRONMENT"] = "1"
     errpath = logs / "daemon.stderr"
-    with open(errpath, "ab") as err:
+    with os.fdopen(open_private(errpath), "ab") as err:
         proc = subprocess.Popen(
             daemon_command(), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
             start_new_session=True, close_fds=True, env=env, cwd="/",
@@ -332,19 +418,29 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
         if rc is not None:
             if socket_answers(sp):  # lost a race with a daemon started otherwise
                 return False
-            tail = ""
-            try:
-                tail = errpath.read_text(errors="replace").strip().splitlines()[-1]
-            except (OSError, IndexError):
-                pass
+            tail, hint = _start_error(errpath)
             raise DaemonUnavailableError(
                 f"the daemon exited at start (code {rc}){': ' + tail if tail else ''}",
-                hint=f"see {errpath} and {paths.daemon_log()}",
+                hint=(hint + "; " if hint else "") + f"see {errpath} and {paths.daemon_log()}",
             )
         time.sleep(0.02)
     raise DaemonUnavailableError(
         f"the daemon did not open {sp} in time", hint=f"see {paths.daemon_log()}"
     )
+
+
+def _start_error(errpath: Path) -> tuple[str, str]:
+    """The daemon's own "error: ..." / "hint: ..." lines at the end of its stderr (else the
+    last line)."""
+    try:
+        lines = errpath.read_text(errors="replace").strip().splitlines()[-20:]
+    except OSError:
+        return "", ""
+    errs = [ln[len("error: "):] for ln in lines if ln.startswith("error: ")]
+    hints = [ln[len("hint: "):] for ln in lines if ln.startswith("hint: ")]
+    if errs:
+        return errs[-1], hints[-1] if hints else ""
+    return (lines[-1] if lines else ""), ""
 
 
 def stop_daemon(timeout: float = 20.0) -> int | None:

@@ -24,6 +24,7 @@ asyncssh is imported here; import this module lazily from CLI paths.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 from collections.abc import Sequence
@@ -49,6 +50,8 @@ from skyd.transports.ssh_hosts import (
     is_connection_error,
     known_hosts_path,
 )
+
+log = logging.getLogger("skyd.transports.ssh")
 
 __all__ = [
     "RunResult",
@@ -381,14 +384,21 @@ class SSHTransport(Transport):
         return "127.0.0.1", await self.relay_local(addr.socket)
 
     async def _probe_forwarding(self, addr: AgentAddress) -> None:
-        """Open one direct-tcpip channel to the agent: refused by policy (``administratively
-        prohibited``) means this host never forwards; anything else leaves it to the
-        forward (an agent that is down fails there as it would anyway)."""
+        """Open one direct-tcpip channel to the agent. The host is judged by behaviour, not
+        by the refusal's code: refused by policy (``administratively prohibited``, OpenSSH),
+        or refused with any other code (``OPEN_CONNECT_FAILED`` from asyncssh-based servers
+        and some bastions) while the agent answers on that address when asked by exec on
+        the host, means this host does not forward: the exec relay is used, and that is
+        remembered for the host. An agent that does not answer by exec either is down: the
+        forward is left to fail as it would anyway."""
         conn = await self.connection()
         try:
             _reader, writer = await conn.open_connection(addr.host, int(addr.port))
         except asyncssh.ChannelOpenError as e:
-            if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+            if (e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED
+                    or await self._answers_by_exec(addr.host, int(addr.port))):
+                log.info("%s: direct-tcpip refused (code %s: %s); using the exec relay",
+                         self.target, e.code, e.reason)
                 self.forwarding = False
                 _NO_FORWARDING.add(self.target.key)
             return
@@ -397,6 +407,16 @@ class SSHTransport(Transport):
             return
         writer.close()
         self.forwarding = True
+
+    async def _answers_by_exec(self, host: str, port: int) -> bool:
+        """Does something accept TCP connections at (host, port) as seen on the host itself?"""
+        probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+                 " 5).close()\nexcept OSError:\n sys.exit(3)\n")
+        try:
+            res = await self.run([self.python, "-S", "-c", probe, host, str(port)], timeout=20)
+        except Exception:  # noqa: BLE001 - cannot tell: treat as not answering
+            return False
+        return res.ok
 
     async def probe_forwarding(self) -> bool | None:
         """Whether the host allows TCP forwarding (None: could not tell). Opens one

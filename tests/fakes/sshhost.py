@@ -101,6 +101,10 @@ class _Server(asyncssh.SSHServer):
     ) -> bool:
         if not self.host.allow_forwarding:
             self.host.forwards_refused += 1
+            if self.host.refusal_code == asyncssh.OPEN_CONNECT_FAILED:
+                # what an asyncssh-based server (or some bastions) answers
+                raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED,
+                                                "Connection refused")
             # what sshd with AllowTcpForwarding no answers
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "open failed: forwarding disabled"
@@ -142,6 +146,7 @@ class FakeSSHHost:
         host_key: asyncssh.SSHKey | None = None,
         port: int = 0,
         allow_forwarding: bool = True,
+        refusal_code: int = asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
     ) -> None:
         self.root = Path(root)
         self.host = host
@@ -163,6 +168,7 @@ class FakeSSHHost:
         self.forwards_opened = 0
         self.forwards_refused = 0
         self.allow_forwarding = allow_forwarding
+        self.refusal_code = refusal_code
         self._conns: set[asyncssh.SSHServerConnection] = set()
         self._procs: set[asyncio.subprocess.Process] = set()
         self._server: Any = None
