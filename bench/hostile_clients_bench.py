@@ -85,7 +85,7 @@ def main() -> None:
         # 3. listings over large requests
         big = "echo " + "x" * (1000 * 1024)
         with Client(autostart=False, timeout=60) as c:
-            for i in range(5):
+            for _ in range(5):
                 c.submit("sleep", {"seconds": 0, "fail": big[:100]})
             body = json.dumps({"command": big, "cluster_name": "nope", "base_dir": "/"})
             for _ in range(5):
