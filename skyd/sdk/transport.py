@@ -78,12 +78,24 @@ class Client:
         self, socket_path: str | Path | None = None, *, autostart: bool | None = None,
         timeout: float | None = 300.0,
     ) -> None:
+        from skyd.sdk.remote import resolve_target
+
         self.socket_path = str(socket_path or paths.socket_path())
+        # SKYD_HOST / the current context: a daemon on another host, over SSH (it starts
+        # itself there, so this client never starts one).
+        self.target = None if socket_path is not None else resolve_target()
         if autostart is None:
             autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
-        self.autostart = autostart
+        self.autostart = autostart and self.target is None
         self.timeout = timeout
-        self._conn: UnixHTTPConnection | None = None
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _new_conn(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.target is not None:
+            from skyd.sdk.remote import SSHStdioConnection
+
+            return SSHStdioConnection(self.target, timeout)
+        return UnixHTTPConnection(self.socket_path, timeout)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -98,47 +110,60 @@ class Client:
 
     # -- plumbing --------------------------------------------------------------------
     def _open(self, method: str, url: str, body: Any, *, fresh: bool,
-              timeout: float | None) -> tuple[UnixHTTPConnection, http.client.HTTPResponse]:
+              timeout: float | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"} if payload is not None else {}
         started = stale_retried = False
         while True:
-            conn = UnixHTTPConnection(self.socket_path, timeout) if fresh else self._keepalive()
+            conn = self._new_conn(timeout) if fresh else self._keepalive()
             try:
                 conn.request(method, url, body=payload, headers=headers)
                 return conn, conn.getresponse()
             except (FileNotFoundError, ConnectionRefusedError) as e:
-                self._drop(conn, fresh)
+                self._drop(conn, fresh, keep_error=True)
                 if not self.autostart or started:
-                    raise self._unavailable(e) from None
+                    raise self._unavailable(e, conn) from None
                 ensure_daemon(self.socket_path)
                 started = True
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 # A keep-alive connection the daemon closed meanwhile: retry once on a new one
                 # (a POST only when it cannot have been received).
-                self._drop(conn, fresh)
+                self._drop(conn, fresh, keep_error=True)
                 resend_ok = method != "POST" or isinstance(e, BrokenPipeError)
                 if fresh or stale_retried or not resend_ok:
-                    raise self._unavailable(e) from None
+                    raise self._unavailable(e, conn) from None
                 stale_retried = True
             except OSError as e:
-                self._drop(conn, fresh)
-                raise self._unavailable(e) from None
+                self._drop(conn, fresh, keep_error=True)
+                raise self._unavailable(e, conn) from None
 
-    def _drop(self, conn: UnixHTTPConnection, fresh: bool) -> None:
+    def _drop(self, conn: http.client.HTTPConnection, fresh: bool, *,
+              keep_error: bool = False) -> None:
+        said = getattr(conn, "ssh_error", None)
+        self._last_ssh_error = said() if keep_error and said is not None else ""
         conn.close()
         if not fresh:
             self._conn = None
 
-    def _unavailable(self, e: BaseException | None) -> DaemonUnavailableError:
+    def _unavailable(self, e: BaseException | None,
+                     conn: http.client.HTTPConnection | None = None) -> DaemonUnavailableError:
+        if self.target is not None:
+            said = getattr(self, "_last_ssh_error", "")
+            return DaemonUnavailableError(
+                f"cannot reach the skyd daemon on {self.target.url()}"
+                + (f": {said.splitlines()[-1]}" if said else (f": {e}" if e else "")),
+                hint=f"check that `ssh {' '.join(self.target.destination())}` logs in without a "
+                     "prompt and that skyd is installed there (skyd daemon deploy "
+                     f"{self.target.url()})",
+            )
         return DaemonUnavailableError(
             f"cannot reach the skyd daemon at {self.socket_path}" + (f": {e}" if e else ""),
             hint="start it with: skyd daemon start (log: " + str(paths.daemon_log()) + ")",
         )
 
-    def _keepalive(self) -> UnixHTTPConnection:
+    def _keepalive(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            self._conn = UnixHTTPConnection(self.socket_path, self.timeout)
+            self._conn = self._new_conn(self.timeout)
         return self._conn
 
     # -- JSON calls ------------------------------------------------------------------
@@ -225,6 +250,14 @@ class Client:
     def _wait_for_daemon(self, timeout: float, cause: BaseException) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.target is not None:  # the host's dial-stdio restarts its daemon
+                try:
+                    self.get("/v1/health")
+                    return
+                except (SkydError, OSError, http.client.HTTPException):
+                    self.close()
+                    time.sleep(0.2)
+                    continue
             if socket_answers(self.socket_path, 0.5):
                 return
             if self.autostart:
