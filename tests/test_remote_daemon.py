@@ -53,8 +53,17 @@ class Remote:
 
     def ok(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         r = self.cli(*args, **kw)  # type: ignore[arg-type]
-        assert r.returncode == 0, f"skyd {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+        assert r.returncode == 0, (f"skyd {' '.join(args)} -> {r.returncode}\n{r.stdout}\n"
+                                   f"{r.stderr}\nhost daemon: {self.host_logs()}")
         return r
+
+    def host_logs(self) -> str:
+        out = []
+        for name in ("daemon.log", "daemon.stderr"):
+            p = self.home / "logs" / name
+            if p.exists():
+                out.append(f"--- {name}\n" + p.read_text(errors="replace")[-3000:])
+        return "\n".join(out)
 
     def as_user(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the host's skyd directly as the test user (outside the SSH channel)."""
@@ -267,3 +276,26 @@ def test_bad_hosts_are_one_clear_error(tmp_path: Path) -> None:
     assert r.returncode == 7, r.stderr
     assert "ssh://nobody@127.0.0.9:1" in r.stderr and "refused" in r.stderr.lower()
     assert not (tmp_path / "h" / "state.db").exists()
+
+
+async def test_local_files_travel_to_the_host(remote: Remote, tmp_path: Path) -> None:
+    """A YAML written on the laptop works unchanged: its workdir and local file mounts are
+    uploaded through the SSH channel (only what the host lacks), and the job sees them."""
+    proj = tmp_path / "proj"
+    (proj / "code").mkdir(parents=True)
+    (proj / "code" / "train.py").write_text("print('train-v1')\n")
+    (proj / "data.txt").write_text("payload-1\n")
+    (proj / "task.yaml").write_text(
+        "workdir: code\nfile_mounts:\n  ~/d.txt: data.txt\n"
+        "run: |\n  cat train.py\n  cat ~/d.txt\n")
+    r = remote.ok("launch", "-y", "-c", "ru", str(proj / "task.yaml"))
+    assert "train-v1" in r.stdout and "payload-1" in r.stdout
+    blobs = remote.home / "uploads" / "blobs"
+    first = sorted(p.name for p in blobs.iterdir())
+    assert len(first) == 2
+    # Change one file: only its new blob travels; the job sees the new content.
+    (proj / "code" / "train.py").write_text("print('train-v2')\n")
+    r = remote.ok("launch", "-y", "-c", "ru", str(proj / "task.yaml"))
+    assert "train-v2" in r.stdout
+    assert len(list(blobs.iterdir())) == 3
+    remote.ok("down", "-y", "ru")

@@ -7,4 +7,5 @@ Append here (e.g. "skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.serve.verbs").
 from __future__ import annotations
 
 PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.clouds.ssh.plugin",
-                             "skyd.serve.verbs", "skyd.storage.verbs", "skyd.jobs.pool_verbs"]
+                             "skyd.serve.verbs", "skyd.storage.verbs", "skyd.jobs.pool_verbs",
+                             "skyd.pipeline.uploads"]

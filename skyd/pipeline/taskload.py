@@ -7,6 +7,7 @@ validate` uses.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,32 @@ def load_dag_from_payload(payload: dict[str, Any]) -> Any:
 
         text = yaml.safe_dump({"run": command})
     source = payload.get("yaml_path") or "<inline>"
-    # Secret values: the daemon hands the handler the request's secrets file (--secret
-    # values and those taken out of the YAML text); the stored payload has none.
-    return load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
-                    secret_overrides=dict(payload.get("secrets") or {}),
-                    task_secrets=list(payload.get("_task_secrets") or ()))
+    from skyd.models.storage import UPLOADED_PATHS
+
+    # A client on another host uploaded its local files (skyd.pipeline.uploads): its paths
+    # resolve to those copies.
+    path_map = payload.get("path_map") or {}
+    if not isinstance(path_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and _is_upload(v)
+            for k, v in path_map.items()):
+        raise InvalidSpecError("path_map must map client paths to uploaded trees",
+                               field="path_map", hint="let the client upload its files")
+    token = UPLOADED_PATHS.set(path_map or None)
+    try:
+        # Secret values: the daemon hands the handler the request's secrets file (--secret
+        # values and those taken out of the YAML text); the stored payload has none.
+        return load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
+                        secret_overrides=dict(payload.get("secrets") or {}),
+                        task_secrets=list(payload.get("_task_secrets") or ()))
+    finally:
+        UPLOADED_PATHS.reset(token)
+
+
+def _is_upload(p: str) -> bool:
+    from skyd import paths
+
+    trees = os.path.realpath(paths.home() / "uploads" / "trees") + os.sep
+    return os.path.realpath(p).startswith(trees)
 
 
 def apply_overrides(task: Any, overrides: dict[str, Any] | None) -> Any:

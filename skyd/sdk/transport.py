@@ -175,6 +175,24 @@ class Client:
             _raise_for(resp.status, data)
         return json.loads(data) if data else None
 
+    def put_file(self, path: str, body: Any) -> Any:
+        """PUT a file's bytes (its own connection, streamed with a Content-Length)."""
+        size = os.fstat(body.fileno()).st_size
+        conn = self._new_conn(None)
+        try:
+            conn.request("PUT", _url(path, None), body=body,
+                         headers={"Content-Type": "application/x-tar",
+                                  "Content-Length": str(size)})
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            self._drop(conn, True, keep_error=True)
+            raise self._unavailable(e, conn) from None
+        conn.close()
+        if resp.status >= 400:
+            _raise_for(resp.status, data)
+        return json.loads(data) if data else None
+
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self.request("GET", path, params=params)
 
@@ -215,6 +233,11 @@ class Client:
 
     # -- requests --------------------------------------------------------------------
     def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
+        if self.target is not None and payload and ("yaml" in payload or "overrides" in payload):
+            # A daemon on another host: the task's local files travel first (skyd.sdk.uploads).
+            from skyd.sdk.uploads import upload
+
+            payload = upload(self, payload)
         return str(self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {})["request_id"])
 
     def events(self, request_id: str, follow: bool = True,
