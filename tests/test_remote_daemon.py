@@ -31,6 +31,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
+REMOTE_USER = "skydremote"  # the host's user: its own, so no other test's cleanup touches it
 # The test user must traverse these: /tmp is 0700 on some machines; /var/tmp is 1777.
 SHARED_TMP = "/var/tmp" if os.path.isdir("/var/tmp") else None
 
@@ -56,6 +57,25 @@ class Remote:
         assert r.returncode == 0, (f"skyd {' '.join(args)} -> {r.returncode}\n{r.stdout}\n"
                                    f"{r.stderr}\nhost daemon: {self.host_logs()}")
         return r
+
+    def channel(self) -> str:
+        """How this client reached the host: "forward" (the shared connection's socket
+        forward) or "stdio" (dial-stdio per connection, the host refusing forwards)."""
+        from skyd.sdk import remote as rm
+
+        saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SSH_OPTS")}
+        os.environ.update({k: self.env[k] for k in saved})
+        try:
+            fw = rm.forward_path(rm.parse_host(self.url))
+            if fw.with_suffix(".refused").exists():
+                return "stdio"
+            return "forward" if fw.exists() else "none"
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def host_logs(self) -> str:
         out = []
@@ -90,11 +110,14 @@ def _user_dir(user: str, prefix: str) -> Path:
     return d
 
 
-@pytest.fixture
-async def remote(tmp_path: Path) -> AsyncIterator[Remote]:
+@pytest.fixture(params=["forward"])
+async def remote(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Remote]:
+    """The host; param "stdio": its sshd refuses Unix-socket forwarding (each connection
+    then runs `skyd daemon dial-stdio` there)."""
     shared = Path(tempfile.mkdtemp(prefix="skyd-remote-", dir=SHARED_TMP))
     shared.chmod(0o755)
-    async with real_sshd(shared / "sshd", host="127.0.0.7") as s:
+    async with real_sshd(shared / "sshd", host="127.0.0.7", user=REMOTE_USER,
+                         allow_stream_local_forwarding=request.param == "forward") as s:
         home = _user_dir(s.user, "skyd-rh-")
         local_home = tmp_path / "local"
         env = {**os.environ, "SKYD_HOME": str(local_home),
@@ -120,7 +143,9 @@ async def remote(tmp_path: Path) -> AsyncIterator[Remote]:
             shutil.rmtree(shared, ignore_errors=True)
 
 
-async def test_every_verb_goes_to_the_host_daemon(remote: Remote, tmp_path: Path) -> None:
+@pytest.mark.parametrize("remote", ["forward", "stdio"], indirect=True)
+async def test_every_verb_goes_to_the_host_daemon(remote: Remote, tmp_path: Path,
+                                                  request: pytest.FixtureRequest) -> None:
     """status, launch (log streamed), queue, logs, exec, -o json, down: all served by the
     daemon on the host, as the host's user; nothing starts on this machine."""
     rows = json.loads(remote.ok("status", "-o", "json").stdout)
@@ -138,6 +163,7 @@ async def test_every_verb_goes_to_the_host_daemon(remote: Remote, tmp_path: Path
     names = [c["name"] for c in (rows if isinstance(rows, list) else rows["clusters"])]
     assert names == ["rc1"]
     remote.ok("down", "-y", "rc1")
+    assert remote.channel() == request.node.callspec.params["remote"]
     # The state lives on the host: its SKYD_HOME has the database; this machine has no daemon.
     assert (remote.home / "state.db").exists()
     local = Path(remote.env["SKYD_HOME"])
@@ -171,6 +197,7 @@ async def test_work_goes_on_while_no_client_is_connected(remote: Remote) -> None
     assert status == "SUCCEEDED"
 
 
+@pytest.mark.parametrize("remote", ["forward", "stdio"], indirect=True)
 async def test_the_host_daemon_killed_mid_stream_is_reattached(remote: Remote) -> None:
     """kill -9 of the host's daemon while a launch streams: the next connection through
     dial-stdio starts it again, and the client re-attaches to the request."""
@@ -299,3 +326,32 @@ async def test_local_files_travel_to_the_host(remote: Remote, tmp_path: Path) ->
     assert "train-v2" in r.stdout
     assert len(list(blobs.iterdir())) == 3
     remote.ok("down", "-y", "ru")
+
+
+async def test_async_sdk_through_the_relay(remote: Remote) -> None:
+    """The async SDK (what the TUI uses) reaches the host's daemon through a private local
+    socket relayed over SSH; the relay goes away with the client."""
+    from skyd.sdk.aio import AsyncClient
+
+    keys = ("SKYD_HOST", "SKYD_SSH_OPTS", "SKYD_HOME", "SKYD_CONFIG_DIR")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: remote.env[k] for k in keys})
+    try:
+        c = AsyncClient()
+        relay_dir = Path(c.socket_path).parent
+        assert oct(relay_dir.stat().st_mode & 0o777) == "0o700"
+        health = await c.get("/v1/health")
+        assert health["home"] == str(remote.home)
+        rid = await c.submit("launch", {"command": "echo via-relay", "cluster_name": "ra",
+                                        "base_dir": "/"})
+        events = [e async for e in c.stream(rid)]
+        assert events[-1]["type"] == "result", events[-1]
+        await c.close()
+        assert not relay_dir.exists()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    remote.ok("down", "-y", "ra")

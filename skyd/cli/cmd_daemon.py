@@ -20,8 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     st = ds.add_parser("status", help="is it running? pid, socket, uptime")
     add_output_flag(st)
     st.set_defaults(func=run_status)
-    ds.add_parser("dial-stdio", help="relay stdin/stdout to the daemon's socket (what a "
-                  "remote client runs over SSH)").set_defaults(func=run_dial_stdio)
+    dsp = ds.add_parser("dial-stdio", help="relay stdin/stdout to the daemon's socket (what a "
+                        "remote client runs over SSH)")
+    dsp.add_argument("--socket-path", action="store_true",
+                     help="only start the daemon and print its socket's path")
+    dsp.set_defaults(func=run_dial_stdio)
     dp = ds.add_parser(
         "deploy", help="install skyd on a host over SSH and run its daemon there",
         description="Install this skyd on HOST (ssh://user@host[:port] or ssh://ALIAS) and "
@@ -96,7 +99,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_dial_stdio(args: argparse.Namespace) -> int:
     from skyd.sdk.remote import dial_stdio
 
-    return dial_stdio()
+    return dial_stdio(print_socket=args.socket_path)
 
 
 def run_deploy(args: argparse.Namespace) -> int:

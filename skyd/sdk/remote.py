@@ -198,7 +198,8 @@ def ssh_argv(t: Target, remote_cmd: str, *, multiplex: bool = True) -> list[str]
     if multiplex:
         cp = _ensure_control_dir(t)
         argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={cp}",
-                 "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
+                 "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+                 "-o", "StreamLocalBindUnlink=yes"]
     return [*argv, *t.ssh_options, *t.destination(), "--", remote_cmd]
 
 
@@ -228,6 +229,104 @@ def close_master(t: Target) -> None:
         return
     subprocess.run(["ssh", "-o", f"ControlPath={cp}", "-O", "exit", *t.destination()],
                    stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+
+
+def forward_path(t: Target) -> Path:
+    """The local end of the shared connection's forward to the host daemon's socket."""
+    return control_path(t).with_name(control_path(t).name.replace("cm-", "fw-") + ".sock")
+
+
+_FORWARDED: dict[Target, str] = {}  # this process: targets whose forward is known to be up
+_NO_FORWARD: set[Target] = set()  # hosts that refuse Unix-socket forwarding (stdio instead)
+
+
+def ensure_forward(t: Target, *, force: bool = False) -> str | None:
+    """Make sure the host's daemon runs and the shared SSH connection forwards a local
+    socket to it; its path, or None when the host refuses such forwards (then each
+    connection runs ``dial-stdio``). Without ``force``, an existing forward is trusted."""
+    fw = forward_path(t)
+    marker = fw.with_suffix(".refused")
+    if t in _NO_FORWARD or _fresh(marker):
+        return None
+    if not force and (t in _FORWARDED or fw.exists()):
+        return str(fw)
+    r = subprocess.run(ssh_argv(t, remote_skyd(t, "daemon", "dial-stdio", "--socket-path")),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                       check=False)
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines or not lines[-1].startswith("/"):
+        said = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        raise ConnectionRefusedError(said)
+    remote_sock = lines[-1]
+    cp = control_path(t)
+    f = subprocess.run(["ssh", "-o", f"ControlPath={cp}", "-O", "forward",
+                        "-L", f"{fw}:{remote_sock}", *t.destination()],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+                       check=False)
+    if (f.returncode != 0 and not fw.exists()) or not _answers(str(fw)):
+        # The host refuses Unix-socket forwards (sshd AllowStreamLocalForwarding no): the
+        # master binds the local end anyway and each channel is then refused. Remember it.
+        subprocess.run(["ssh", "-o", f"ControlPath={cp}", "-O", "cancel",
+                        "-L", f"{fw}:{remote_sock}", *t.destination()],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
+        fw.unlink(missing_ok=True)
+        _NO_FORWARD.add(t)
+        marker.touch()
+        return None
+    _FORWARDED[t] = str(fw)
+    return str(fw)
+
+
+NO_FORWARD_TTL_S = 24 * 3600  # how long a host's refusal of socket forwards is remembered
+
+
+def _fresh(marker: Path) -> bool:
+    import time
+
+    try:
+        return time.time() - marker.stat().st_mtime < NO_FORWARD_TTL_S
+    except OSError:
+        return False
+
+
+def _answers(path: str) -> bool:
+    """One HTTP health request through the forward gets an answer."""
+    c = http.client.HTTPConnection("localhost", timeout=30)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(30)
+        s.connect(path)
+        c.sock = s
+        c.request("GET", "/v1/health")
+        return c.getresponse().status < 500
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        c.close()
+
+
+class ForwardedConnection(http.client.HTTPConnection):
+    """HTTP over the shared SSH connection's Unix-socket forward to the host daemon: no
+    process is started on either side per request (one SSH round trip each)."""
+
+    def __init__(self, target: Target, path: str, timeout: float | None = None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.target = target
+        self.unix_path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            s.settimeout(self.timeout)
+        try:
+            s.connect(self.unix_path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+    def ssh_error(self) -> str:
+        return ""
 
 
 class SSHStdioConnection(http.client.HTTPConnection):
@@ -290,15 +389,73 @@ class SSHStdioConnection(http.client.HTTPConnection):
             self._err = None
 
 
+class LocalRelay:
+    """A private Unix socket on this machine whose every connection is carried to the remote
+    daemon by its own ``ssh … dial-stdio`` (on the shared SSH connection): for clients that
+    speak to a socket path (the async SDK, the TUI). One thread accepts; ssh gets the
+    accepted socket as its stdin/stdout, so no byte is copied here."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.dir = Path(tempfile.mkdtemp(prefix="skyd-relay-"))  # 0700
+        self.path = str(self.dir / "s.sock")
+        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._srv.bind(self.path)
+        self._srv.listen(64)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._closed = False
+        threading.Thread(target=self._serve, name="skyd-relay", daemon=True).start()
+
+    def _serve(self) -> None:
+        argv = ssh_argv(self.target, remote_skyd(self.target, "daemon", "dial-stdio"))
+        while not self._closed:
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                return
+            try:
+                self._procs = [p for p in self._procs if p.poll() is None]
+                self._procs.append(subprocess.Popen(  # noqa: S603 - an argument list
+                    argv, stdin=conn.fileno(), stdout=conn.fileno(),
+                    stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True))
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._srv.close()
+        finally:
+            for p in self._procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in self._procs:
+                try:
+                    p.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            Path(self.path).unlink(missing_ok=True)
+            try:
+                self.dir.rmdir()
+            except OSError:
+                pass
+
+
 # -- the host side: `skyd daemon dial-stdio` ---------------------------------------------
 
-def dial_stdio() -> int:
+def dial_stdio(print_socket: bool = False) -> int:
     """Relay stdin/stdout to the local daemon's socket (starting the daemon when needed)
-    until either side closes."""
+    until either side closes; with ``print_socket``, only start it and print the socket's
+    path (what a client forwards to)."""
     from skyd.sdk.transport import ensure_daemon
 
     sp = str(paths.socket_path())
     ensure_daemon(sp)
+    if print_socket:
+        os.write(1, (os.path.abspath(sp) + "\n").encode())
+        return 0
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sp)
     fin, fout = 0, 1

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -92,10 +93,29 @@ class Client:
 
     def _new_conn(self, timeout: float | None) -> http.client.HTTPConnection:
         if self.target is not None:
-            from skyd.sdk.remote import SSHStdioConnection
+            from skyd.sdk.remote import ForwardedConnection, SSHStdioConnection, ensure_forward
 
+            try:
+                fw = ensure_forward(self.target)
+            except (OSError, subprocess.SubprocessError) as e:
+                self._last_ssh_error = str(e)
+                raise self._unavailable(e) from None
+            if fw is not None:
+                return ForwardedConnection(self.target, fw, timeout)
             return SSHStdioConnection(self.target, timeout)
         return UnixHTTPConnection(self.socket_path, timeout)
+
+    def _refresh_remote(self) -> bool:
+        """The forward to the host daemon broke (the daemon or the SSH connection went away):
+        set it up again, which starts the daemon there. True when it could."""
+        from skyd.sdk.remote import ensure_forward
+
+        try:
+            ensure_forward(self.target, force=True)  # type: ignore[arg-type]
+            return True
+        except (OSError, subprocess.SubprocessError) as e:
+            self._last_ssh_error = str(e)
+            return False
 
     def close(self) -> None:
         if self._conn is not None:
@@ -113,22 +133,32 @@ class Client:
               timeout: float | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"} if payload is not None else {}
-        started = stale_retried = False
+        started = stale_retried = remote_retried = False
         while True:
             conn = self._new_conn(timeout) if fresh else self._keepalive()
             try:
                 conn.request(method, url, body=payload, headers=headers)
                 return conn, conn.getresponse()
-            except (FileNotFoundError, ConnectionRefusedError) as e:
+            except (FileNotFoundError, ConnectionRefusedError, http.client.RemoteDisconnected,
+                    BrokenPipeError, ConnectionResetError) as e:
+                # Through a forward whose far end is gone (the host daemon died, the SSH
+                # connection dropped), the channel closes before a byte reaches a daemon: set
+                # the forward up again, which starts the daemon there, and retry once.
+                if (self.target is not None and not remote_retried
+                        and getattr(conn, "unix_path", None) is not None):
+                    self._drop(conn, fresh)
+                    remote_retried = True
+                    if self._refresh_remote():
+                        continue
                 self._drop(conn, fresh, keep_error=True)
-                if not self.autostart or started:
-                    raise self._unavailable(e, conn) from None
-                ensure_daemon(self.socket_path)
-                started = True
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                if isinstance(e, FileNotFoundError | ConnectionRefusedError):
+                    if not self.autostart or started:
+                        raise self._unavailable(e, conn) from None
+                    ensure_daemon(self.socket_path)
+                    started = True
+                    continue
                 # A keep-alive connection the daemon closed meanwhile: retry once on a new one
                 # (a POST only when it cannot have been received).
-                self._drop(conn, fresh, keep_error=True)
                 resend_ok = method != "POST" or isinstance(e, BrokenPipeError)
                 if fresh or stale_retried or not resend_ok:
                     raise self._unavailable(e, conn) from None
