@@ -20,6 +20,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     st = ds.add_parser("status", help="is it running? pid, socket, uptime")
     add_output_flag(st)
     st.set_defaults(func=run_status)
+    dsp = ds.add_parser("dial-stdio", help="relay stdin/stdout to the daemon's socket (what a "
+                        "remote client runs over SSH)")
+    dsp.add_argument("--socket-path", action="store_true",
+                     help="only start the daemon and print its socket's path")
+    dsp.set_defaults(func=run_dial_stdio)
+    dp = ds.add_parser(
+        "deploy", help="install skyd on a host over SSH and run its daemon there",
+        description="Install this skyd on HOST (ssh://user@host[:port] or ssh://ALIAS) and "
+                    "start its daemon there (a systemd user service with lingering, else "
+                    "detached). Then point clients at it with the SKYD_HOST line it prints, "
+                    "`skyd --host …`, or `skyd context add`. Idempotent.")
+    dp.add_argument("host", metavar="HOST")
+    dp.add_argument("--binary", help="the skyd executable to install (default: this one "
+                                     "when it is the frozen single file)")
+    dp.add_argument("--upgrade", action="store_true",
+                    help="replace a different skyd already running there (state is kept)")
+    dp.add_argument("--with-credentials", metavar="LIST",
+                    help="copy these local credentials there, 0600: aws,gcp,kubernetes")
+    dp.add_argument("--remote-home", metavar="PATH", help="SKYD_HOME on the host")
+    dp.add_argument("--context", metavar="NAME", help="also save it as this context")
+    dp.set_defaults(func=run_deploy)
 
 
 def run_fg(args: argparse.Namespace) -> int:
@@ -73,3 +94,31 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"skyd daemon is not running (socket {info['socket']})\n")
     return 0 if info["running"] else 3
+
+
+def run_dial_stdio(args: argparse.Namespace) -> int:
+    from skyd.sdk.remote import dial_stdio
+
+    return dial_stdio(print_socket=args.socket_path)
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from skyd.cli.deploy import deploy, host_line
+    from skyd.sdk.remote import parse_host
+
+    t = parse_host(args.host, remote_home=args.remote_home)
+    lines: list[str] = []
+    try:
+        t = deploy(t, binary=args.binary, upgrade=args.upgrade,
+                   credentials=args.with_credentials, out=lines)
+    finally:
+        for ln in lines:
+            sys.stderr.write(ln + "\n")
+    url = host_line(t)
+    if args.context:
+        from skyd.cli.cmd_context import add_context
+
+        add_context(args.context, url)
+        sys.stderr.write(f"saved as context {args.context!r} (skyd context use {args.context})\n")
+    sys.stdout.write(f"export SKYD_HOST={url}\n")
+    return 0

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "skyd.cli.cmd_validate",
     "skyd.cli.cmd_requests",
     "skyd.cli.cmd_daemon",
+    "skyd.cli.cmd_context",
     "skyd.cli.cmd_service",
     "skyd.cli.cmd_tui",
     "skyd.cli.cmd_completion",

@@ -29,6 +29,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                "Run 'skyd COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"skyd {__version__}")
+    parser.add_argument("--host", dest="daemon_host", metavar="ssh://USER@HOST",
+                        help="talk to the daemon on this host (as SKYD_HOST does)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -62,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # an unknown flag: the sub-command's usage, not the top level's
         _deepest(parser, argv).error(
             "unrecognized arguments: " + " ".join(extra))
+    if getattr(args, "daemon_host", None):
+        os.environ["SKYD_HOST"] = args.daemon_host  # the client reads it (skyd.sdk.remote)
     func = getattr(args, "func", None)
     if func is None:
         # A command group without its subcommand prints the group's help.

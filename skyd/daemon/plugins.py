@@ -8,4 +8,4 @@ from __future__ import annotations
 
 PLUGIN_MODULES: list[str] = ["skyd.pipeline.verbs", "skyd.jobs.verbs", "skyd.pipeline.ssh_warmup",
                              "skyd.serve.verbs", "skyd.storage.verbs", "skyd.jobs.pool_verbs",
-                             "skyd.storage.volume_verbs"]
+                             "skyd.storage.volume_verbs", "skyd.pipeline.uploads"]

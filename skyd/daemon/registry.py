@@ -44,6 +44,7 @@ class Read:
     body: type[pydantic.BaseModel] | None = None
     response: type[pydantic.BaseModel] | None = None
     summary: str = ""
+    raw_body: bool = False  # the handler reads the request body itself (a byte stream)
 
 
 VERBS: dict[str, Verb] = {}
@@ -102,6 +103,7 @@ def register_read(
     response: type[pydantic.BaseModel] | None = None,
     summary: str = "",
     replace: bool = False,
+    raw_body: bool = False,
 ) -> None:
     """Register a read endpoint. ``path`` is an aiohttp route (``/v1/x/{name}``); a path
     without the ``/v1`` prefix gets it. The handler gets ``(ReadContext, aiohttp request)``
@@ -109,7 +111,8 @@ def register_read(
     A raised SkydError answers with its error dict and an HTTP status by type.
     ``body``/``response`` only document the endpoint in /v1/openapi.json (and ``body`` is
     validated: ``ctx.body`` holds the validated model's dict). ``replace=True``
-    supersedes an earlier registration (e.g. a richer ``GET /v1/status``).
+    supersedes an earlier registration (e.g. a richer ``GET /v1/status``). ``raw_body``:
+    the body is not JSON; the handler streams it from ``request.content`` (and bounds it).
     """
     method = method.upper()
     if not path.startswith("/v1/"):
@@ -117,4 +120,5 @@ def register_read(
     key = (method, path)
     if key in READS and READS[key].handler is not handler and not replace:
         raise ValueError(f"read {method} {path} registered twice")
-    READS[key] = Read(method, path, handler, body, response, summary or (handler.__doc__ or "").strip())
+    READS[key] = Read(method, path, handler, body, response,
+                      summary or (handler.__doc__ or "").strip(), raw_body)

@@ -176,7 +176,7 @@ async def _stream_lines(request: web.Request, chunks: Any) -> web.StreamResponse
 def _read_handler(daemon: Daemon, read: Read) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         body: Any = None
-        if request.method in ("POST", "PUT", "PATCH"):
+        if request.method in ("POST", "PUT", "PATCH") and not read.raw_body:
             body = await _json_body(request)
             if read.body is not None:
                 try:

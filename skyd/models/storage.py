@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 from pathlib import Path
@@ -25,11 +26,21 @@ def is_bucket_uri(s: str) -> bool:
     return bool(BUCKET_RE.match(s))
 
 
+# A request from a client on another host: its local paths (as resolved below) -> where
+# the daemon rebuilt them from the upload (skyd.pipeline.uploads). Set around one load.
+UPLOADED_PATHS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "UPLOADED_PATHS", default=None)
+
+
 def resolve_local(path: str, base_dir: Path) -> str:
-    """Relative local paths -> absolute against ``base_dir``; ``~`` and absolute kept."""
-    if is_bucket_uri(path) or path.startswith("~") or os.path.isabs(path):
+    """Relative local paths -> absolute against ``base_dir``; ``~`` and absolute kept (then
+    mapped to their uploaded copy when the client is on another host)."""
+    if is_bucket_uri(path):
         return path
-    return os.path.normpath(str(base_dir / path))
+    out = path if path.startswith("~") or os.path.isabs(path) else os.path.normpath(
+        str(base_dir / path))
+    uploaded = UPLOADED_PATHS.get()
+    return uploaded.get(out, out) if uploaded else out
 
 
 class FileMount(SpecModel):

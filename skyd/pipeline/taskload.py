@@ -7,6 +7,7 @@ validate` uses.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +121,33 @@ def _load(payload: dict[str, Any]) -> Any:
     text, policy_config = _with_policy(text, payload)
     # Secret values: the daemon hands the handler the request's secrets file (--secret
     # values and those taken out of the YAML text); the stored payload has none.
-    dag = load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
-                   secret_overrides=dict(payload.get("secrets") or {}),
-                   task_secrets=list(payload.get("_task_secrets") or ()))
+    from skyd.models.storage import UPLOADED_PATHS
+
+    # A client on another host uploaded its local files (skyd.pipeline.uploads): its paths
+    # resolve to those copies.
+    path_map = payload.get("path_map") or {}
+    if not isinstance(path_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and _is_upload(v)
+            for k, v in path_map.items()):
+        raise InvalidSpecError("path_map must map client paths to uploaded trees",
+                               field="path_map", hint="let the client upload its files")
+    token = UPLOADED_PATHS.set(path_map or None)
+    try:
+        dag = load_dag(source, text=text, env_overrides=env, base_dir=base_dir,
+                       secret_overrides=dict(payload.get("secrets") or {}),
+                       task_secrets=list(payload.get("_task_secrets") or ()))
+    finally:
+        UPLOADED_PATHS.reset(token)
     if policy_config is not None:
         dag.policy_config = policy_config  # type: ignore[attr-defined]
     return dag
+
+
+def _is_upload(p: str) -> bool:
+    from skyd import paths
+
+    trees = os.path.realpath(paths.home() / "uploads" / "trees") + os.sep
+    return os.path.realpath(p).startswith(trees)
 
 
 #: the verb a payload belongs to, in SkyPilot's admin-policy request names

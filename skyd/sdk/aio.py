@@ -29,10 +29,17 @@ from skyd.sdk.transport import _url, ensure_daemon
 class AsyncClient:
     def __init__(self, socket_path: str | Path | None = None, *, autostart: bool | None = None,
                  timeout: float = 300.0) -> None:
+        from skyd.sdk.remote import LocalRelay, resolve_target
+
         self.socket_path = str(socket_path or paths.socket_path())
+        # SKYD_HOST / the current context: a private local socket relayed to that host.
+        target = None if socket_path is not None else resolve_target()
+        self._relay = LocalRelay(target) if target is not None else None
+        if self._relay is not None:
+            self.socket_path = self._relay.path
         if autostart is None:
             autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
-        self.autostart = autostart
+        self.autostart = autostart and target is None
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self.last_result: Any = None
@@ -47,6 +54,9 @@ class AsyncClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -114,6 +124,17 @@ class AsyncClient:
 
     # -- verbs -----------------------------------------------------------------------
     async def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
+        if self._relay is not None and payload and ("yaml" in payload or "overrides" in payload):
+            # A daemon on another host: the task's local files travel first (file I/O and
+            # hashing: in a thread, through the blocking client's SSH channel).
+            from skyd.sdk.transport import Client
+            from skyd.sdk.uploads import upload
+
+            def send(p: dict[str, Any]) -> dict[str, Any]:
+                with Client() as c:
+                    return upload(c, p)
+
+            payload = await anyio.to_thread.run_sync(send, payload)
         return str((await self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {}))["request_id"])
 
     async def stream(self, request_id: str, follow: bool = True) -> AsyncIterator[dict[str, Any]]:

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -109,13 +110,54 @@ class Client:
         self, socket_path: str | Path | None = None, *, autostart: bool | None = None,
         timeout: float | None = 300.0,
     ) -> None:
+        from skyd.sdk.remote import resolve_target
+
         self.socket_path = str(socket_path or paths.socket_path())
+        # SKYD_HOST / the current context: a daemon on another host, over SSH (it starts
+        # itself there, so this client never starts one).
+        self.target = None if socket_path is not None else resolve_target()
         if autostart is None:
             autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
-        self.autostart = autostart
+        self.autostart = autostart and self.target is None
         self.timeout = timeout
-        self._conn: UnixHTTPConnection | None = None
+        self._conn: http.client.HTTPConnection | None = None
+        self._last_ssh_error = ""
         self._last_used = time.monotonic()
+
+    def _new_conn(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.target is not None:
+            from skyd.sdk.remote import ForwardedConnection, SSHStdioConnection, ensure_forward
+
+            try:
+                fw = ensure_forward(self.target)
+            except (OSError, subprocess.SubprocessError) as e:
+                self._last_ssh_error = str(e)
+                raise self._unavailable(e) from None
+            if fw is not None:
+                return ForwardedConnection(self.target, fw, timeout)
+            return SSHStdioConnection(self.target, timeout)
+        return UnixHTTPConnection(self.socket_path, timeout)
+
+    def _refresh_remote(self) -> bool:
+        """The forward to the host daemon broke (the daemon or the SSH connection went away):
+        set it up again, which starts the daemon there. True when it could."""
+        from skyd.sdk.remote import ensure_forward
+
+        try:
+            ensure_forward(self.target, force=True)  # type: ignore[arg-type]
+            return True
+        except (OSError, subprocess.SubprocessError) as e:
+            self._last_ssh_error = str(e)
+            return False
+
+    def _remote_retry(self, conn: http.client.HTTPConnection, fresh: bool) -> bool:
+        """Through a forward whose far end is gone (the host daemon died, the SSH connection
+        dropped) the channel closes before a byte reaches a daemon: set the forward up again
+        (which starts the daemon there). True when the request should be sent again."""
+        if self.target is None or getattr(conn, "unix_path", None) is None:
+            return False
+        self._drop(conn, fresh)
+        return self._refresh_remote()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -132,7 +174,7 @@ class Client:
     def _open(self, method: str, url: str, body: Any, *, fresh: bool,
               timeout: float | None, headers: dict[str, str] | None = None,
               idempotent: bool = False,
-              ) -> tuple[UnixHTTPConnection, http.client.HTTPResponse]:
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Send one request; its connection and response. ``idempotent``: the request may be
         sent again whatever happened to the first try (a submit under a client-chosen id):
         while the daemon is gone it is restarted (when allowed) and the request resent,
@@ -140,29 +182,35 @@ class Client:
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         hdrs = {"Content-Type": "application/json"} if payload is not None else {}
         hdrs.update(headers or {})
-        started = stale_retried = False
+        started = stale_retried = remote_retried = False
         deadline = time.monotonic() + REATTACH_TIMEOUT
         while True:
-            conn = UnixHTTPConnection(self.socket_path, timeout) if fresh else self._keepalive()
+            conn = self._new_conn(timeout) if fresh else self._keepalive()
             try:
                 conn.request(method, url, body=payload, headers=hdrs)
                 resp = conn.getresponse()
                 self._last_used = time.monotonic()
                 return conn, resp
             except (FileNotFoundError, ConnectionRefusedError) as e:
-                self._drop(conn, fresh)
+                if not remote_retried and self._remote_retry(conn, fresh):
+                    remote_retried = True
+                    continue
+                self._drop(conn, fresh, keep_error=True)
                 if idempotent and self.autostart and time.monotonic() < deadline:
                     self._wait_for_daemon(max(1.0, deadline - time.monotonic()), e)
                     continue
                 if not self.autostart or started:
-                    raise self._unavailable(e) from None
+                    raise self._unavailable(e, conn) from None
                 ensure_daemon(self.socket_path)
                 started = True
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                if not remote_retried and self._remote_retry(conn, fresh):
+                    remote_retried = True
+                    continue
                 # A keep-alive connection the daemon closed meanwhile: retry once on a new one
                 # (a POST only when it cannot have been received, or when it is idempotent:
                 # the daemon died under it, and it comes back to answer the same request).
-                self._drop(conn, fresh)
+                self._drop(conn, fresh, keep_error=True)
                 if idempotent and time.monotonic() < deadline:
                     if stale_retried or fresh:
                         self._wait_for_daemon(max(1.0, deadline - time.monotonic()), e)
@@ -170,28 +218,42 @@ class Client:
                     continue
                 resend_ok = method != "POST" or isinstance(e, BrokenPipeError)
                 if fresh or stale_retried or not resend_ok:
-                    raise self._unavailable(e) from None
+                    raise self._unavailable(e, conn) from None
                 stale_retried = True
             except OSError as e:
-                self._drop(conn, fresh)
-                raise self._unavailable(e) from None
+                self._drop(conn, fresh, keep_error=True)
+                raise self._unavailable(e, conn) from None
 
-    def _drop(self, conn: UnixHTTPConnection, fresh: bool) -> None:
+    def _drop(self, conn: http.client.HTTPConnection, fresh: bool, *,
+              keep_error: bool = False) -> None:
+        said = getattr(conn, "ssh_error", None)
+        if keep_error and said is not None:
+            self._last_ssh_error = said() or self._last_ssh_error
         conn.close()
         if not fresh:
             self._conn = None
 
-    def _unavailable(self, e: BaseException | None) -> DaemonUnavailableError:
+    def _unavailable(self, e: BaseException | None,
+                     conn: http.client.HTTPConnection | None = None) -> DaemonUnavailableError:
+        if self.target is not None:
+            said = self._last_ssh_error
+            return DaemonUnavailableError(
+                f"cannot reach the skyd daemon on {self.target.url()}"
+                + (f": {said.splitlines()[-1]}" if said else (f": {e}" if e else "")),
+                hint=f"check that `ssh {' '.join(self.target.destination())}` logs in without a "
+                     "prompt and that skyd is installed there (skyd daemon deploy "
+                     f"{self.target.url()})",
+            )
         return DaemonUnavailableError(
             f"cannot reach the skyd daemon at {self.socket_path}" + (f": {e}" if e else ""),
             hint="start it with: skyd daemon start (log: " + str(paths.daemon_log()) + ")",
         )
 
-    def _keepalive(self) -> UnixHTTPConnection:
+    def _keepalive(self) -> http.client.HTTPConnection:
         if self._conn is not None and time.monotonic() - self._last_used > KEEPALIVE_REUSE_S:
             self.close()  # the daemon closes idle connections: never race it with a POST
         if self._conn is None:
-            self._conn = UnixHTTPConnection(self.socket_path, self.timeout)
+            self._conn = self._new_conn(self.timeout)
         return self._conn
 
     # -- JSON calls ------------------------------------------------------------------
@@ -201,6 +263,24 @@ class Client:
         _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout,
                              headers=headers, idempotent=idempotent)
         data = resp.read()
+        if resp.status >= 400:
+            _raise_for(resp.status, data)
+        return json.loads(data) if data else None
+
+    def put_file(self, path: str, body: Any) -> Any:
+        """PUT a file's bytes (its own connection, streamed with a Content-Length)."""
+        size = os.fstat(body.fileno()).st_size
+        conn = self._new_conn(None)
+        try:
+            conn.request("PUT", _url(path, None), body=body,
+                         headers={"Content-Type": "application/x-tar",
+                                  "Content-Length": str(size)})
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            self._drop(conn, True, keep_error=True)
+            raise self._unavailable(e, conn) from None
+        conn.close()
         if resp.status >= 400:
             _raise_for(resp.status, data)
         return json.loads(data) if data else None
@@ -251,6 +331,11 @@ class Client:
         daemon answers a repeat with the request it already has."""
         import secrets
 
+        if self.target is not None and payload and ("yaml" in payload or "overrides" in payload):
+            # A daemon on another host: the task's local files travel first (skyd.sdk.uploads).
+            from skyd.sdk.uploads import upload
+
+            payload = upload(self, payload)
         url = f"/v1/requests/{quote(verb, safe='.')}"
         busy_until = time.monotonic() + REATTACH_TIMEOUT
         rid = request_id or secrets.token_hex(4)
@@ -307,6 +392,11 @@ class Client:
     def _wait_for_daemon(self, timeout: float, cause: BaseException) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.target is not None:  # dial-stdio on the host restarts its daemon
+                if self._refresh_remote():
+                    return
+                time.sleep(0.2)
+                continue
             if socket_answers(self.socket_path, 0.5):
                 return
             if self.autostart:

@@ -34,13 +34,13 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def ensure_user() -> Path:
+def ensure_user(user: str = USER) -> Path:
     try:
-        pwd.getpwnam(USER)
+        pwd.getpwnam(user)
     except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/sh", USER], check=True)
-    subprocess.run(["usermod", "-p", "*", USER], check=True)  # unlock for key login
-    pw = pwd.getpwnam(USER)
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True)
+    subprocess.run(["usermod", "-p", "*", user], check=True)  # unlock for key login
+    pw = pwd.getpwnam(user)
     home = Path(pw.pw_dir)
     if not home.is_dir():
         home.mkdir(parents=True)
@@ -60,13 +60,14 @@ class RealSSHD:
 @contextlib.asynccontextmanager
 async def real_sshd(
     tmp: Path, host: str = "127.0.0.2", port: int | None = None, *,
-    allow_tcp_forwarding: bool = True,
+    allow_tcp_forwarding: bool = True, user: str = USER,
+    allow_stream_local_forwarding: bool = True,
 ) -> AsyncIterator[RealSSHD]:
     if port is None:  # a free port, so that another run's sshd is never the one we reach
         with socket.socket() as probe:
             probe.bind((host, 0))
             port = int(probe.getsockname()[1])
-    home = ensure_user()
+    home = ensure_user(user)
     tmp.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o755)
     priv, pub = make_keypair(tmp / "client")
@@ -78,9 +79,10 @@ async def real_sshd(
     conf.write_text(
         f"ListenAddress {host}:{port}\nHostKey {hostkey}\nUsePAM no\nStrictModes no\n"
         f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
-        f"AuthorizedKeysFile {auth}\nAllowUsers {USER}\nPidFile {tmp}/sshd.pid\n"
+        f"AuthorizedKeysFile {auth}\nAllowUsers {user}\nPidFile {tmp}/sshd.pid\n"
         "Subsystem sftp internal-sftp\nLogLevel ERROR\n"
         f"AllowTcpForwarding {'yes' if allow_tcp_forwarding else 'no'}\n"
+        f"AllowStreamLocalForwarding {'yes' if allow_stream_local_forwarding else 'no'}\n"
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = await anyio.open_process([SSHD, "-D", "-e", "-f", str(conf)])
@@ -95,7 +97,7 @@ async def real_sshd(
                         err = await proc.stderr.receive() if proc.stderr else b""
                         raise RuntimeError(f"sshd exited: {err!r}") from None
                     await anyio.sleep(0.05)
-        yield RealSSHD(host, port, USER, priv, home)
+        yield RealSSHD(host, port, user, priv, home)
     finally:
         proc.terminate()
         with anyio.move_on_after(5):
@@ -104,4 +106,4 @@ async def real_sshd(
             proc.kill()
         await proc.aclose()
         # what the tests started as the user (agents) goes too
-        subprocess.run(["pkill", "-KILL", "-u", USER], check=False)
+        subprocess.run(["pkill", "-KILL", "-u", user], check=False)
