@@ -188,7 +188,9 @@ REPLICA = (
     "        body = ('token=' + os.environ.get('HF_TOKEN', 'missing')).encode()\n"
     "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
     "    def log_message(self, *a): pass\n"
-    "http.server.HTTPServer(('127.0.0.1', int(os.environ['SKYPILOT_SERVE_PORT'])), H).serve_forever()\n"
+    # the node's own address (each `local` node has one), as an app on a VM binds its own
+    "host = (os.environ.get('SKYPILOT_NODE_IPS') or '127.0.0.1').split()[0]\n"
+    "http.server.HTTPServer((host, int(os.environ['SKYPILOT_SERVE_PORT'])), H).serve_forever()\n"
 )
 
 
