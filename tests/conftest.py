@@ -98,8 +98,13 @@ def network_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     log = tmp_path_factory.mktemp("netguard") / "refused.log"
     log.write_text("")
     netguard.install()
+    from skyd import paths
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKYD_NETGUARD_LOG", str(log))
+        # The node agent's Python 3.8 dependency set comes from the cache the setup step
+        # filled (python -m skyd.nodeagent.compat_deps), whatever HOME a test sets.
+        mp.setenv("SKYD_CACHE_DIR", str(paths.cache_dir()))
         mp.setenv("PYTHONPATH", os.pathsep.join(
             p for p in (str(_GUARD_DIR), os.environ.get("PYTHONPATH", "")) if p))
         mp.setenv("NO_GCE_CHECK", "True")  # google-auth: do not probe the metadata server

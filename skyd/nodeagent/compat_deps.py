@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import List
 
 COMPAT_PINS = (
     "grpclib==0.4.8",
@@ -73,3 +74,23 @@ def bundled_zipapp() -> Path | None:
         return None
     p = Path(base) / "skyd" / "nodeagent" / "skyd-agent.pyz"
     return p if p.exists() else None
+
+
+def main(argv: List[str]) -> int:
+    """``python -m skyd.nodeagent.compat_deps [CACHE]``: fetch the set now (a setup step, so
+    that nothing needs PyPI later, e.g. under the test suite's loopback-only network guard).
+    CACHE: the cache directory (default: skyd's, ``$SKYD_CACHE_DIR`` or ``~/.cache/skyd``)."""
+    from skyd import paths
+
+    cache = Path(argv[0]) if argv else paths.cache_dir()
+    got = ensure_compat_deps(cache)
+    if got is None:
+        sys.stderr.write("error: could not fetch the node agent's Python 3.8 dependencies "
+                         "(pip and PyPI needed)\n")
+        return 1
+    sys.stdout.write(f"{got}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
