@@ -40,7 +40,9 @@ def _local_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_image_id_on_local_is_not_marked_launchable(daemon: Any, tmp_path: Path) -> None:
     y = tmp_path / "img.yaml"
-    y.write_text("resources:\n  infra: local\n  image_id: docker:ubuntu:22.04\nrun: echo hi\n")
+    # (a docker: image runs on local in a container, skyd.transports.container; a machine
+    # image cannot)
+    y.write_text("resources:\n  infra: local\n  image_id: ami-0123456789abcdef0\nrun: echo hi\n")
     doc = _plan(y)
     rows = _local_rows(doc)
     assert rows and not any(r["launch"] for r in rows), rows

@@ -21,30 +21,19 @@ memory variants stay distinct (``A100`` vs ``A100-80GB``).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 import anyio
 
 from skyd.clouds.base import ClusterHandle, Provisioner
+from skyd.clouds.gpunames import same_card
 from skyd.errors import ResourcesUnavailableError, SkydError
 from skyd.models.accelerators import get_accelerator_info, lookup_accelerator
 
 CONFIRMED = "gpus_confirmed"  # handle.extra key: set once the agents confirmed the GPUs
-_VARIANT = re.compile(r"[- ](SXM\d?|PCIE|NVL|NVLINK|MEGA|OAM)$", re.I)
 TOOLS = {"nvidia": "nvidia-smi", "amd": "amd-smi / rocm-smi"}
 STACKS = {"nvidia": "the NVIDIA driver (and CUDA)", "amd": "ROCm (the amdgpu driver and amd-smi)"}
-
-
-def model_of(name: str) -> str:
-    """The GPU model a driver tool reports for ``name`` (catalog form-factor suffixes off)."""
-    canon = lookup_accelerator(name) or name.strip()
-    while True:
-        stripped = _VARIANT.sub("", canon)
-        if stripped == canon:
-            return canon.upper()
-        canon = lookup_accelerator(stripped) or stripped
 
 
 def vendor_of(name: str) -> str | None:
@@ -68,7 +57,6 @@ async def confirm(prov: Provisioner, handle: ClusterHandle, *, image: str | None
     if vendor is None or count <= 0:
         handle.extra[CONFIRMED] = True  # TPUs and unknown devices: nothing a GPU tool can show
         return
-    want = model_of(acc)
     bad: list[str] = []
     none_of_vendor: list[bool] = []
 
@@ -84,7 +72,8 @@ async def confirm(prov: Provisioner, handle: ClusterHandle, *, image: str | None
             bad.append(f"node {rank}: the agent did not report its GPUs ({e})")
             return
         gpus = [g for g in st.get("gpus") or [] if isinstance(g, dict)]
-        ok = sum(1 for g in gpus if str(g.get("vendor")) == vendor and model_of(str(g.get("name"))) == want)
+        ok = sum(1 for g in gpus if str(g.get("vendor")) == vendor
+                 and same_card(acc, str(g.get("name"))))  # one GPU-name table (gpunames)
         if ok < int(count):
             seen = Counter(f"{g.get('name')}" for g in gpus)
             shown = ", ".join(f"{n}:{c}" for n, c in sorted(seen.items())) or "no GPUs"

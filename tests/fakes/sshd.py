@@ -68,6 +68,10 @@ async def real_sshd(
             probe.bind((host, 0))
             port = int(probe.getsockname()[1])
     home = ensure_user(user)
+    # A fresh node: what an earlier test (or run) left in the shared user's skyd dirs is
+    # not this test's to find.
+    for left in (".skyd", ".cache/skyd"):
+        shutil.rmtree(home / left, ignore_errors=True)
     tmp.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o755)
     priv, pub = make_keypair(tmp / "client")

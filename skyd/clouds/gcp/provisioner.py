@@ -138,7 +138,7 @@ class GCPProvisioner(Provisioner):
         await nodes.forget_host_keys([(str(h.ssh["host"]), int(h.ssh["port"])) for h in hnodes
                                       if h.ssh and h.instance_id in todo])  # new VMs, new keys
         zipapp = await self._zip()
-        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, req.container)
+        await gather([(nodes.deploy, self._ssh, n, req.cluster_name, req.token, zipapp, log, None, req.container)
                       for n in hnodes])
         return ClusterHandle(
             cluster_name=req.cluster_name, cloud=NAME, region=off.region, zone=zone,
