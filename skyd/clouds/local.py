@@ -48,6 +48,7 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
+from skyd.clouds.local_machine import detect_local_gpus, local_max_nodes, memory_gib
 from skyd.clouds.offering import Offering
 from skyd.transports import agent_deploy, sandbox_ns
 from skyd.transports.agent_deploy import AgentSite
@@ -57,39 +58,6 @@ from skyd.transports.local import LocalTransport
 LOCAL = "local"
 STOPPED_MARK = "stopped.json"
 WORKDIR_DST = "workdir"  # skyd.pipeline.backend.WORKDIR: the job's cwd, under the node dir  # written by the agent on autostop, and by `skyd stop`
-
-
-def _memory_gib() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / (1024 * 1024), 1)
-    except OSError:
-        pass
-    return 0.0
-
-
-def local_max_nodes() -> int:
-    """How many sandboxes this machine can run: each node is a real agent process plus its
-    jobs, so at most 8 per CPU and one per 256 MiB of memory (never fewer than 4)."""
-    cpus = os.cpu_count() or 1
-    mem = _memory_gib()
-    by_mem = int(mem * 4) if mem > 0 else 8 * cpus
-    return max(4, min(8 * cpus, by_mem))
-
-
-def detect_local_gpus() -> tuple[str | None, int]:
-    """(canonical accelerator name, count) of this machine's GPUs, or (None, 0)."""
-    try:
-        from skyd.nodeagent import gpu
-    except ImportError:  # pragma: no cover - agent package missing
-        return None, 0
-    gpus = gpu.detect()
-    if not gpus:
-        return None, 0
-    name = getattr(gpus[0], "name", None)
-    return (str(name) if name else None), len(gpus)
 
 
 class LocalProvisioner(Provisioner):
@@ -609,7 +577,7 @@ class LocalCloud(Cloud):
                 accelerator=acc,
                 accelerator_count=float(count),
                 vcpus=float(os.cpu_count() or 1),
-                memory_gib=_memory_gib(),
+                memory_gib=memory_gib(),
                 region="local",
                 zone=None,
                 price=0.0,
