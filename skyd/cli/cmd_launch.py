@@ -8,30 +8,15 @@ import sys
 from typing import Any
 
 from skyd.cli.cmd_validate import add_env_flags, collect_env
-from skyd.cli.compat_flags import add_config_flag, add_git_flags, add_tier_flags
+from skyd.cli.compat_flags import add_config_flag, add_git_flags, add_resource_overrides
 from skyd.cli.output import add_output_flag
 from skyd.cli.secret_flags import add_secret_flags, collect_secrets
 
 
 def _add_resource_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("resource overrides (replace the YAML's values)")
-    g.add_argument("--gpus", metavar="ACC[:N]", help="accelerators, e.g. A100:8 or MI300X:8")
-    g.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 4 or 4+")
-    g.add_argument("--memory", metavar="GB[+]", help="memory per node in GiB, e.g. 32+")
-    g.add_argument("--infra", metavar="INFRA", help="e.g. local, aws/us-east-1, k8s, ssh/pool")
-    g.add_argument("--cloud", help=argparse.SUPPRESS)
-    g.add_argument("--region", help=argparse.SUPPRESS)
-    g.add_argument("--zone", help=argparse.SUPPRESS)
-    g.add_argument("--instance-type", "-t", dest="instance_type", help="instance type")
-    g.add_argument("--num-nodes", type=int, dest="num_nodes", help="number of nodes")
-    g.add_argument("--use-spot", dest="use_spot", action="store_true", default=None,
-                   help="use spot instances")
-    g.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand")
-    g.add_argument("--disk-size", type=int, dest="disk_size", help="disk size in GB")
-    add_tier_flags(g)
+    add_resource_overrides(g)
     add_git_flags(g)
-    g.add_argument("--image-id", dest="image_id", help="image (docker:<img> for containers)")
-    g.add_argument("--ports", action="append", help="ports to open (repeatable)")
     g.add_argument("--workdir", help="directory synced to the nodes (the job's cwd)")
     g.add_argument("--name", "-n", dest="task_name", help="task name")
     add_env_flags(p)

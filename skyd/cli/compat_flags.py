@@ -28,22 +28,7 @@ def add_task_flags(p: argparse.ArgumentParser, *, env: bool = False, secrets: bo
     """The resource overrides of ``sky launch`` (minus -n, which these verbs use for their
     own name), plus --env-file (and --env, --secret, --secret-file when asked)."""
     g = p.add_argument_group("resource overrides (replace the YAML's values)")
-    g.add_argument("--gpus", metavar="ACC[:N]", help="accelerators, e.g. A100:8 or MI300X:8")
-    g.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 4 or 4+")
-    g.add_argument("--memory", metavar="GB[+]", help="memory per node in GiB, e.g. 32+")
-    g.add_argument("--infra", metavar="INFRA", help="e.g. aws/us-east-1, k8s, ssh/pool, local")
-    g.add_argument("--cloud", help=argparse.SUPPRESS)
-    g.add_argument("--region", help=argparse.SUPPRESS)
-    g.add_argument("--zone", help=argparse.SUPPRESS)
-    g.add_argument("--instance-type", "-t", dest="instance_type", help="instance type")
-    g.add_argument("--num-nodes", type=int, dest="num_nodes", help="number of nodes")
-    g.add_argument("--use-spot", dest="use_spot", action="store_true", default=None,
-                   help="use spot instances")
-    g.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand")
-    g.add_argument("--disk-size", type=int, dest="disk_size", help="disk size in GB")
-    add_tier_flags(g)
-    g.add_argument("--image-id", dest="image_id", help="image (docker:<img> for containers)")
-    g.add_argument("--ports", action="append", help="ports to open (repeatable)")
+    add_resource_overrides(g)
     if workdir:
         g.add_argument("--workdir", help="directory synced to the nodes (the job's cwd)")
     add_git_flags(g)
@@ -59,6 +44,26 @@ def add_task_flags(p: argparse.ArgumentParser, *, env: bool = False, secrets: bo
         from skyd.cli.secret_flags import add_secret_flags
 
         add_secret_flags(p)
+
+
+def add_resource_overrides(g: Any) -> None:
+    """The resource flags of ``sky launch`` (one list for every verb that takes a task)."""
+    g.add_argument("--gpus", metavar="ACC[:N]", help="accelerators, e.g. A100:8 or MI300X:8")
+    g.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 4 or 4+")
+    g.add_argument("--memory", metavar="GB[+]", help="memory per node in GiB, e.g. 32+")
+    g.add_argument("--infra", metavar="INFRA", help="e.g. local, aws/us-east-1, k8s, ssh/pool")
+    g.add_argument("--cloud", help=argparse.SUPPRESS)
+    g.add_argument("--region", help=argparse.SUPPRESS)
+    g.add_argument("--zone", help=argparse.SUPPRESS)
+    g.add_argument("--instance-type", "-t", dest="instance_type", help="instance type")
+    g.add_argument("--num-nodes", type=int, dest="num_nodes", help="number of nodes")
+    g.add_argument("--use-spot", dest="use_spot", action="store_true", default=None,
+                   help="use spot instances")
+    g.add_argument("--no-use-spot", dest="use_spot", action="store_false", help="on-demand")
+    g.add_argument("--disk-size", type=int, dest="disk_size", help="disk size in GB")
+    add_tier_flags(g)
+    g.add_argument("--image-id", dest="image_id", help="image (docker:<img> for containers)")
+    g.add_argument("--ports", action="append", help="ports to open (repeatable)")
 
 
 def add_git_flags(g: Any) -> None:
