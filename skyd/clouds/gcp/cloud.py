@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import aiohttp
 
 from skyd.clouds.base import Cloud
@@ -12,6 +14,10 @@ from skyd.errors import CredentialsError
 
 class GCPCloud(Cloud):
     name = "gcp"
+    egress_tiers = ((math.inf, 0.12),)
+    inter_region_per_gb = 0.02
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"bucket_mounts"})
     config_keys = frozenset({"gcp.vpc_name", "gcp.use_internal_ips", "gcp.labels",
                              "gcp.project_id", "gcp.network", "gcp.ssh_user", "gcp.ssh_port"})
