@@ -7,6 +7,7 @@ import math
 import aiohttp
 
 from skyd.clouds.base import Cloud
+from skyd.clouds.gcp import instances
 from skyd.clouds.gcp.api import GCEError
 from skyd.clouds.gcp.provisioner import GCPProvisioner
 from skyd.errors import CredentialsError
@@ -17,7 +18,7 @@ class GCPCloud(Cloud):
     egress_tiers = ((math.inf, 0.12),)
     inter_region_per_gb = 0.02
     minimum_billing_minutes = 0.0
-    gpu_ids = ()
+    gpu_ids = instances.GPU_IDS
     unsupported = frozenset({"bucket_mounts"})
     config_keys = frozenset({"gcp.vpc_name", "gcp.use_internal_ips", "gcp.labels",
                              "gcp.project_id", "gcp.network", "gcp.ssh_user", "gcp.ssh_port"})
