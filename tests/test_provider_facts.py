@@ -53,6 +53,9 @@ class ToyCloud(Cloud):
 
     def provisioner(self) -> Provisioner:
         raise NotImplementedError("plans only")
+
+    async def close(self) -> None:
+        return None
 '''
 
 
@@ -88,9 +91,16 @@ def test_a_provider_class_missing_a_fact_is_refused_naming_it(fact: str) -> None
         exec(src, {"Cloud": Cloud, **ns})  # noqa: S102 - a class statement made at run time
 
 
-def test_a_malformed_fact_is_refused() -> None:
-    with pytest.raises(ProviderFactError, match="egress_tiers.*math.inf"):
-        exec("class Bad(Cloud):\n" + _facts(egress_tiers="((100.0, 0.09),)"),  # noqa: S102
+@pytest.mark.parametrize(("fact", "value"), [
+    ("egress_tiers", "((100.0, 0.09),)"),  # no unbounded last tier
+    ("egress_tiers", "0.09"),
+    ("inter_region_per_gb", "'0.02'"),
+    ("minimum_billing_minutes", "None"),
+    ("gpu_ids", '(("H100", "h100"),)'),  # no spellings
+])
+def test_a_malformed_fact_is_refused_naming_it(fact: str, value: str) -> None:
+    with pytest.raises(ProviderFactError, match=fact):
+        exec("class Bad(Cloud):\n" + _facts(**{fact: value}),  # noqa: S102
              {"Cloud": Cloud, "math": math})
 
 

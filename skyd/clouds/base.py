@@ -279,6 +279,13 @@ def _check_facts(cls: Any) -> None:
         raise ProviderFactError(
             f"provider {where}: egress_tiers must be ((upper bound GB, $/GB), ...) ending "
             f"with an unbounded tier (math.inf), got {tiers!r}")
+    ir, mins = cls.inter_region_per_gb, cls.minimum_billing_minutes
+    if ir is not None and (isinstance(ir, bool) or not isinstance(ir, int | float) or ir < 0):
+        raise ProviderFactError(f"provider {where}: inter_region_per_gb must be $/GB >= 0 or "
+                                f"None, got {ir!r}")
+    if isinstance(mins, bool) or not isinstance(mins, int | float) or mins < 0:
+        raise ProviderFactError(f"provider {where}: minimum_billing_minutes must be minutes "
+                                f">= 0, got {mins!r}")
     gpu_ids = cls.gpu_ids
     if not isinstance(gpu_ids, tuple) or not all(
             isinstance(g, tuple) and len(g) == 3 and isinstance(g[2], tuple) for g in gpu_ids):
