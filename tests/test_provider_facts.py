@@ -146,3 +146,26 @@ def test_a_toy_provider_from_one_folder_and_one_line_is_planned_onto(
     assert (chosen.cloud, chosen.region) == ("toygood", "toy-r1")
     table = format_planned(planned, [task])
     assert "Minimum charge: toygood bills at least 30 min per machine: $ 1.25" in table
+
+
+def test_every_in_tree_provider_states_its_own_egress() -> None:
+    """No in-tree provider pays the default rate of a name skyd does not know: AMD Developer
+    Cloud is DigitalOcean's platform (DO's price), a Slurm cluster is the user's own."""
+    from skyd.cloudnames import PROVIDERS
+    from skyd.solver.costs import DEFAULT_EGRESS_PER_GB, egress_cost
+
+    for name in PROVIDERS:
+        assert provider_facts(name) is not None, name
+    assert egress_cost("amddevcloud", "r1", "aws", None, 100) == egress_cost("do", "r1", "aws", None, 100)
+    assert egress_cost("slurm", "c1", "aws", None, 100) == 0.0
+    assert egress_cost("cloudflare", None, "aws", None, 100) == pytest.approx(100 * DEFAULT_EGRESS_PER_GB)
+
+
+def test_gpu_only_catalog_rows_need_the_providers_pairing() -> None:
+    from skyd.clouds.catalog_csv import COLUMNS, CatalogFormatError, parse_rows
+
+    gpu_only = ",".join(COLUMNS) + "\n,T4,1,,,,us-central1,us-central1-a,0.35,0.14\n"
+    offs = parse_rows("gcp", gpu_only)  # GCP pairs a T4 with its n1 host
+    assert [(o.instance_type, o.accelerator) for o in offs] == [("n1-highmem-8", "T4")]
+    with pytest.raises(CatalogFormatError, match="'aws'.*catalog_split_rows"):
+        parse_rows("aws", gpu_only)

@@ -294,6 +294,19 @@ def _check_facts(cls: Any) -> None:
             f"got {gpu_ids!r}")
 
 
+@dataclass(frozen=True)
+class SplitRows:
+    """How a provider's catalog pairs GPU-only rows (no instance type) with the host machine
+    types that carry them (GCP's catalog shape; skyd.clouds.catalog_csv)."""
+
+    host_families: tuple[str, ...]  # machine types (prefixes) that are GPU hosts only
+    gpu_hosts: dict[tuple[str, int], tuple[str, ...]]  # (accelerator, count) -> host types
+    # (type, vCPUs, GiB, $/h, spot $/h) for accelerators with no host type in gpu_hosts
+    fallback_host: tuple[str, float, float, float, float | None]
+    # host types the files lack: type -> (vCPUs, GiB, $/h, spot $/h)
+    missing_hosts: dict[str, tuple[float, float, float, float | None]] = field(default_factory=dict)
+
+
 class Cloud(ABC):
     name: str = ""
     # -- provider facts (REQUIRED_FACTS): no default here; every provider states them ----
@@ -315,6 +328,9 @@ class Cloud(ABC):
     #: image_id docker:<img> is the node's own image (a pod): no container is started on
     #: the node (ProvisionRequest.container stays None). docs/containers.md
     native_containers: bool = False
+    #: the catalog lists GPU-only rows apart from host machine types (GCP): how to pair them.
+    #: None: every row names its instance type (a GPU-only row is a format error).
+    catalog_split_rows: SplitRows | None = None
 
     @abstractmethod
     async def check(self) -> tuple[bool, str]:
