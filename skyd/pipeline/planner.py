@@ -519,7 +519,7 @@ def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
     if have is None:
         # no task container: a pod infra whose pods are the image, or a VM-image cluster
         return f"image_id docker:{want} (cluster runs no container image)" if (
-            want and handle.cloud not in ("kubernetes", "runpod")) else None
+            want and not get_cloud(handle.cloud).native_containers) else None
     if want and want != have:  # no image_id asked: the task runs in the cluster's container
         return f"image_id docker:{want} (cluster runs docker:{have})"
     return None
