@@ -154,3 +154,22 @@ async def test_a_user_image_without_rocm_fails_with_the_image_named(cloud: Vultr
     assert "user_data" not in fake.creates[-1]
     await cloud.provisioner().forget(req.partial())
     assert fake.live() == []
+
+
+async def test_every_bundled_catalog_row_comes_up_with_its_gpus_confirmed(cloud: VultrCloud,
+                                                                         fake: FakeVultr) -> None:
+    """The catalog walk: each bundled Vultr row (MI300X bare metal) is a create the fake
+    accepts and, on the default OS with the ROCm first-boot install, a server whose agent
+    confirms the ordered GPUs."""
+    from skyd.clouds import gpucheck
+    from skyd.clouds.catalog import load_catalog
+
+    rows = load_catalog().by_cloud("vultr")
+    assert rows
+    p = cloud.provisioner()
+    for i, o in enumerate(rows):
+        h = await p.provision(request(f"vuwalk{i}", o), lambda _: None)
+        assert fake.creates[-1]["plan"] == o.instance_type and "user_data" in fake.creates[-1]
+        assert h.extra.get(gpucheck.CONFIRMED) is True, o
+        await p.terminate(h, lambda _: None)
+    assert fake.live() == []
