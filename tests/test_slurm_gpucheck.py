@@ -58,3 +58,17 @@ async def test_two_one_gpu_allocations_on_one_node_each_use_their_own_gpu(
             r = await cli("down", "-y", name, timeout=120)
             assert r.returncode == 0, r
     assert cfg.squeue() == []
+
+
+async def test_an_allocation_without_gpus_leaves_the_nodes_gpus_alone(cfg: SlurmFixture) -> None:
+    """A CPU task on the GPU partition gets no gres: amd-smi still shows sn1's GPUs, but the
+    agent and its jobs are given none of them (an empty device list, as CUDA/ROCm read it)."""
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "cpuonly", "--infra", "slurm/loop/gpu",
+                      "echo seen rocr=[${ROCR_VISIBLE_DEVICES-unset}] n=$SKYPILOT_NUM_GPUS_PER_NODE",
+                      timeout=180)  # fmt: skip
+        assert r.returncode == 0, r
+        assert "seen rocr=[] n=0" in r.stdout, r.stdout
+        r = await cli("down", "-y", "cpuonly", timeout=120)
+        assert r.returncode == 0, r
+    assert cfg.squeue() == []

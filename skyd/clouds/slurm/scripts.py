@@ -93,6 +93,12 @@ if [ -n "${{ROCR_VISIBLE_DEVICES:-}}" ] && [ -z "${{HIP_VISIBLE_DEVICES:-}}" ]; 
   n=$(echo "$ROCR_VISIBLE_DEVICES" | tr ',' '\\n' | grep -c .)
   export HIP_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))
 fi
+# An allocation with no GPU on this node: the node's GPUs are not the agent's (nor its jobs').
+if [ "${{SLURM_GPUS_ON_NODE:-0}}" = 0 ]; then
+  for v in CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
+    [ -n "${{!v+x}}" ] || export "$v="
+  done
+fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
 cd "$nd"
