@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     NODE_PENDING,
     NODE_PREEMPTED,
@@ -190,7 +191,7 @@ class SlurmProvisioner(Provisioner):
             accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
             num_nodes=req.num_nodes, hourly_cost=0.0, nodes=nodes, token=token,
             cpus=off.vcpus or None, memory_gib=off.memory_gib or None,
-            extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base, "machines": (
+            extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base, gpucheck.MACHINES: (
                 f"Slurm cluster {cl.name}, partition {partition or '(default)'}, node(s) "
                 + ", ".join(str(nh.extra["slurm_node"]) for nh in nodes)
                 + " (what the driver installed there shows)")},
