@@ -6,6 +6,13 @@ failures, RBAC refusals per namespace, and pod ``exec`` over WebSocket (``v4.cha
 framing, ``v5`` on request) that really runs the command in a per-pod sandbox directory on
 this machine, so a node agent runs "in" the pod.
 
+A pod shows its GPUs the way its image lets it (tests/fakes/gpuprofile.py): the GPUs the
+device plugin gave it (its ``resources`` request on the node) are of the card installed on
+the node (``cards[node]``; by default what the node's labels say), and show to ``nvidia-smi``
+on any image (the NVIDIA container toolkit mounts the tool and the driver into the
+container) but to ``amd-smi`` only on an image with ROCm (the AMD device plugin passes
+``/dev/kfd`` and ``/dev/dri``; the userland comes from the image).
+
 It runs on its own event loop in a thread, so it outlives daemons the tests kill.
 """
 
@@ -121,6 +128,7 @@ class FakeKube:
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.forbidden: set[str] = set()
         self.bad_images: set[str] = set()
+        self.cards: dict[str, str] = {}  # node -> the card really installed (labels can be wrong)
         self.protocols: tuple[str, ...] = ("v4.channel.k8s.io",)
         self.calls: dict[str, int] = {}
         self.exec_calls = 0
@@ -508,15 +516,38 @@ class FakeKube:
             return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
         return web.json_response(v)
 
-    def _visible_gpus(self, p: dict[str, Any]) -> str:
+    def _visible_gpus(self, p: dict[str, Any]) -> tuple[str, int, str]:
+        """(card, count, resource key) the device plugin gave the pod, or ("", 0, "")."""
         from skyd.clouds.kubernetes.labels import node_gpus
 
-        node = self.nodes.get(p["spec"].get("nodeName") or "")
+        name = p["spec"].get("nodeName") or ""
+        node = self.nodes.get(name)
         want = self._requests(p)
         for g in node_gpus(node) if node else []:
             if want.get(g.key):
-                return f"{g.accelerator}:{int(want[g.key])}"
-        return ""
+                return self.cards.get(name, g.accelerator), int(want[g.key]), g.key
+        return "", 0, ""
+
+    def _gpu_env(self, p: dict[str, Any], env: dict[str, str]) -> None:
+        """The container's GPU tools on its PATH, as its image and the node's card make them."""
+        from tests.fakes.gpuprofile import CARDS, profile
+
+        card, n, key = self._visible_gpus(p)
+        if not n:
+            return
+        if card not in CARDS:  # a card the profiles do not print: the agent's fake GPUs
+            env["SKYD_FAKE_GPUS"] = f"{card}:{n}"
+            return
+        image = str(p["spec"]["containers"][0]["image"]).lower()
+        d = self.root / "gpus" / p["metadata"]["uid"]
+        tools = profile(d, card, n, rocm="rocm" in image, cuda=key.startswith("nvidia.com/"))
+        if isinstance(tools, dict):
+            for tool, data in tools.items():
+                script = d / "bin" / tool
+                script.parent.mkdir(parents=True, exist_ok=True)
+                script.write_text(f"#!/bin/sh\ncat {data}\n")
+                script.chmod(0o755)
+            env["PATH"] = f"{d / 'bin'}:{env['PATH']}"
 
     # -- exec -----------------------------------------------------------------------------
 
@@ -535,9 +566,7 @@ class FakeKube:
         box = self.sandbox(p)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box),
                "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name}
-        gpus = self._visible_gpus(p)
-        if gpus:  # what the device plugin would make visible in the container
-            env["SKYD_FAKE_GPUS"] = gpus
+        self._gpu_env(p, env)  # what the device plugin and the image make visible
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=box, env=env, stdin=asyncio.subprocess.PIPE,
