@@ -115,7 +115,8 @@ async def _pump(src: Reader, dst: Writer, eof: bool) -> None:
 
 
 class RelayListener:
-    """A 127.0.0.1 TCP listener whose every connection is relayed through ``open_pipe``."""
+    """A 127.0.0.1 TCP (or Unix socket) listener whose every connection is relayed through
+    ``open_pipe``."""
 
     def __init__(self, open_pipe: OpenPipe, name: str = "", *, spares: int = SPARES) -> None:
         self._open_pipe = open_pipe
@@ -129,7 +130,12 @@ class RelayListener:
         self.connections = 0
         self.spares_used = 0
 
-    async def start(self) -> int:
+    async def start(self, *, unix_path: str | None = None) -> int:
+        """Listen on 127.0.0.1 (a free port), or on ``unix_path`` (a client's private relay
+        socket, skyd.sdk.kubehost)."""
+        if unix_path is not None:
+            self._server = await asyncio.start_unix_server(self._handle, unix_path)
+            return 0
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port

@@ -6,6 +6,15 @@ failures, RBAC refusals per namespace, and pod ``exec`` over WebSocket (``v4.cha
 framing, ``v5`` on request) that really runs the command in a per-pod sandbox directory on
 this machine, so a node agent runs "in" the pod.
 
+Also core/v1 serviceaccounts and apps/v1 statefulsets with the controller's part that skyd
+relies on (one pod ``NAME-I`` per replica from the template; a changed template replaces the
+pods, a deleted pod comes back). A pod whose container has a ``command`` runs it as a local
+process (restartPolicy Always: restarted when it exits), with the container's ``env`` (exec
+sessions get it too, as in a real container) plus ``image_env`` (what an image's ``ENV``
+would set). Volumes are directories on this machine: a ``persistentVolumeClaim`` one per
+claim (it outlives pods), an ``emptyDir`` one per pod; an env value under a ``mountPath`` is
+rewritten to that directory (the one liberty taken: processes here share one filesystem).
+
 It runs on its own event loop in a thread, so it outlives daemons the tests kill.
 """
 
@@ -132,6 +141,13 @@ class FakeKube:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
+        self.serviceaccounts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.statefulsets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.image_env: dict[str, str] = {}  # what the image's ENV lines set in containers
+        self.main_logs: dict[str, Path] = {}  # pod name -> its main process's output
+        self._mains: dict[str, asyncio.Task[None]] = {}  # pod uid -> the main process loop
+        self._rv = 0
+        self._emptydirs: dict[str, dict[str, str]] = {}  # pod uid -> volume name -> dir
 
     @property
     def url(self) -> str:
@@ -197,6 +213,7 @@ class FakeKube:
             self._thread.join(30)
 
     async def _cleanup(self) -> None:
+        self.statefulsets.clear()
         for p in list(self.pods.values()):
             await self._kill_pod(p)
 
@@ -222,6 +239,14 @@ class FakeKube:
         r.add_get(pvc + "/{name}", self._get_pvc)
         r.add_patch(pvc + "/{name}", self._patch_pvc)
         r.add_delete(pvc + "/{name}", self._delete_pvc)
+        sa = "/api/v1/namespaces/{ns}/serviceaccounts"
+        r.add_post(sa, self._create_sa)
+        r.add_get(sa + "/{name}", self._get_sa)
+        sts = "/apis/apps/v1/namespaces/{ns}/statefulsets"
+        r.add_post(sts, self._create_sts)
+        r.add_get(sts + "/{name}", self._get_sts)
+        r.add_put(sts + "/{name}", self._replace_sts)
+        r.add_delete(sts + "/{name}", self._delete_sts)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -309,6 +334,9 @@ class FakeKube:
         if p is None:
             return _status(404, "NotFound", f'pods "{name}" not found')
         await self._kill_pod(p)
+        for ref in p["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "StatefulSet":  # its controller brings the pod back
+                await self._reconcile(ns, ref["name"])
         return web.json_response(p)
 
     def sandbox(self, p: dict[str, Any]) -> Path:
@@ -317,6 +345,9 @@ class FakeKube:
     async def _kill_pod(self, p: dict[str, Any]) -> None:
         """Kill every process started by an exec into the pod (found by its marker in the
         environment: agents detach into sessions of their own), then drop its files."""
+        main = self._mains.pop(p["metadata"]["uid"], None)
+        if main is not None:
+            main.cancel()
         marker = f"SKYD_FAKE_POD={p['metadata']['uid']}".encode()
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or int(pid) == os.getpid():
@@ -330,6 +361,8 @@ class FakeKube:
                     os.kill(int(pid), signal.SIGKILL)
         await asyncio.sleep(0.05)
         shutil.rmtree(self.sandbox(p), ignore_errors=True)
+        for d in self._emptydirs.pop(p["metadata"]["uid"], {}).values():
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- the scheduler --------------------------------------------------------------------
 
@@ -378,8 +411,17 @@ class FakeKube:
             if nn and p["status"].get("phase") not in ("Succeeded", "Failed") and nn in used:
                 for k, v in self._requests(p).items():
                     used[nn][k] = used[nn].get(k, 0.0) + v
-        for p in self.pods.values():
+        for (pns, _), p in self.pods.items():
             if p["spec"].get("nodeName") or p["status"].get("phase") != "Pending":
+                continue
+            missing = [c for v in p["spec"].get("volumes") or []
+                       if (c := (v.get("persistentVolumeClaim") or {}).get("claimName"))
+                       and (pns, c) not in self.pvcs]
+            if missing:
+                p["status"]["conditions"] = [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": f'0/{len(self.nodes)} nodes are available: persistentvolumeclaim '
+                               f'"{missing[0]}" not found.'}]
                 continue
             reasons: dict[str, int] = {}
             for name in sorted(self.nodes):
@@ -411,6 +453,8 @@ class FakeKube:
                                             f'failed to resolve reference "docker.io/library/{image}": not found')}}}]
             return
         self.sandbox(p).mkdir(parents=True, exist_ok=True)
+        if p["spec"]["containers"][0].get("command"):
+            self._mains[p["metadata"]["uid"]] = asyncio.ensure_future(self._run_main(p))
         st.update(phase="Running", podIP="127.0.0.1",
                   containerStatuses=[{"name": p["spec"]["containers"][0]["name"], "image": image, "ready": True,
                                       "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}])
@@ -508,6 +552,203 @@ class FakeKube:
             return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
         return web.json_response(v)
 
+    # -- serviceaccounts (core/v1) ---------------------------------------------------------
+
+    async def _create_sa(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        body = await request.json()
+        bad = self._invalid(body, "V1ServiceAccount")
+        if bad is not None:
+            return bad
+        name = body["metadata"]["name"]
+        if (ns, name) in self.serviceaccounts:
+            return _status(409, "AlreadyExists", f'serviceaccounts "{name}" already exists')
+        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()))
+        self.serviceaccounts[(ns, name)] = body
+        return web.json_response(body, status=201)
+
+    async def _get_sa(self, request: web.Request) -> web.Response:
+        v = self.serviceaccounts.get((request.match_info["ns"], request.match_info["name"]))
+        if v is None:
+            return _status(404, "NotFound", f'serviceaccounts "{request.match_info["name"]}" not found')
+        return web.json_response(v)
+
+    # -- statefulsets (apps/v1) and their controller ---------------------------------------
+
+    def _sts_invalid(self, body: Any) -> web.Response | None:
+        bad = self._invalid(body, "V1StatefulSet")
+        if bad is not None:
+            return bad
+        spec = body.get("spec") or {}
+        tmpl = spec.get("template") or {}
+        sel = (spec.get("selector") or {}).get("matchLabels") or {}
+        tl = (tmpl.get("metadata") or {}).get("labels") or {}
+        name = (body.get("metadata") or {}).get("name", "")
+        # the API server's validation (apps/validation): a selector matching the template
+        if not sel or any(tl.get(k) != v for k, v in sel.items()):
+            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec.template.metadata.labels: '
+                                           "Invalid value: `selector` does not match template `labels`")
+        if not (tmpl.get("spec") or {}).get("containers"):
+            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: '
+                                           "spec.template.spec.containers: Required value")
+        return None
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    async def _create_sts(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        body = await request.json()
+        bad = self._sts_invalid(body)
+        if bad is not None:
+            return bad
+        name = body["metadata"]["name"]
+        if (ns, name) in self.statefulsets:
+            return _status(409, "AlreadyExists", f'statefulsets.apps "{name}" already exists')
+        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), resourceVersion=self._next_rv(),
+                                generation=1)
+        self.statefulsets[(ns, name)] = body
+        await self._reconcile(ns, name)
+        return web.json_response(body, status=201)
+
+    async def _get_sts(self, request: web.Request) -> web.Response:
+        v = self.statefulsets.get((request.match_info["ns"], request.match_info["name"]))
+        if v is None:
+            return _status(404, "NotFound", f'statefulsets.apps "{request.match_info["name"]}" not found')
+        return web.json_response(v)
+
+    async def _replace_sts(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        cur = self.statefulsets.get((ns, name))
+        if cur is None:
+            return _status(404, "NotFound", f'statefulsets.apps "{name}" not found')
+        body = await request.json()
+        bad = self._sts_invalid(body)
+        if bad is not None:
+            return bad
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if rv != cur["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", f'Operation cannot be fulfilled on statefulsets.apps "{name}": '
+                                            "the object has been modified; please apply your changes to the "
+                                            "latest version and try again")
+        if body["spec"].get("selector") != cur["spec"].get("selector"):
+            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec: Forbidden: updates to '
+                                           "statefulset spec for fields other than 'replicas', 'ordinals', "
+                                           "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' "
+                                           "and 'minReadySeconds' are forbidden")
+        changed = body["spec"]["template"] != cur["spec"]["template"]
+        body["metadata"].update(namespace=ns, uid=cur["metadata"]["uid"], resourceVersion=self._next_rv(),
+                                generation=cur["metadata"]["generation"] + int(changed))
+        self.statefulsets[(ns, name)] = body
+        if changed:  # RollingUpdate: each pod is replaced by one from the new template
+            for i in range(int(cur["spec"].get("replicas", 1))):
+                p = self.pods.pop((ns, f"{name}-{i}"), None)
+                if p is not None:
+                    await self._kill_pod(p)
+        await self._reconcile(ns, name)
+        return web.json_response(body)
+
+    async def _delete_sts(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        v = self.statefulsets.pop((ns, name), None)
+        if v is None:
+            return _status(404, "NotFound", f'statefulsets.apps "{name}" not found')
+        for (pns, pn), p in list(self.pods.items()):
+            if pns == ns and pn.rsplit("-", 1)[0] == name:
+                self.pods.pop((pns, pn), None)
+                await self._kill_pod(p)
+        return web.json_response(v)
+
+    async def _reconcile(self, ns: str, name: str) -> None:
+        """The StatefulSet controller: pods NAME-0..N-1 from the template, when missing."""
+        sts = self.statefulsets.get((ns, name))
+        if sts is None:
+            return
+        tmpl = sts["spec"]["template"]
+        for i in range(int(sts["spec"].get("replicas", 1))):
+            pod_name = f"{name}-{i}"
+            if (ns, pod_name) in self.pods:
+                continue
+            meta = json.loads(json.dumps(tmpl.get("metadata") or {}))
+            meta.update(name=pod_name, namespace=ns, uid=str(uuid.uuid4()),
+                        creationTimestamp="2026-01-01T00:00:00Z")
+            meta.setdefault("labels", {})["statefulset.kubernetes.io/pod-name"] = pod_name
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                   "spec": json.loads(json.dumps(tmpl["spec"])),
+                   "status": {"phase": "Pending", "conditions": []}}
+            pod["spec"]["hostname"] = pod_name
+            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
+                                        "uid": sts["metadata"]["uid"], "controller": True}]
+            self.created[pod_name] = time.perf_counter()
+            self.pods[(ns, pod_name)] = pod
+        self._schedule()
+
+    # -- volumes and the container's own process -------------------------------------------
+
+    def _mounts(self, p: dict[str, Any]) -> dict[str, Path]:
+        """mountPath -> the directory on this machine that stands for it."""
+        ns = p["metadata"].get("namespace", "")
+        vols = {v["name"]: v for v in p["spec"].get("volumes") or []}
+        dirs = self._emptydirs.setdefault(p["metadata"]["uid"], {})
+        out: dict[str, Path] = {}
+        for m in p["spec"]["containers"][0].get("volumeMounts") or []:
+            v = vols.get(m["name"]) or {}
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:
+                d = self.root / "volumes" / ns / claim
+            elif "emptyDir" in v:
+                if m["name"] not in dirs:  # short: a Unix socket may live there
+                    import tempfile
+
+                    dirs[m["name"]] = tempfile.mkdtemp(prefix="fk-")
+                d = Path(dirs[m["name"]])
+            else:
+                continue
+            d.mkdir(parents=True, exist_ok=True)
+            out[m["mountPath"].rstrip("/")] = d
+        return out
+
+    def _container_env(self, p: dict[str, Any]) -> dict[str, str]:
+        mounts = self._mounts(p)
+        env = dict(self.image_env)
+        for e in p["spec"]["containers"][0].get("env") or []:
+            val = str(e.get("value", ""))
+            for mp, d in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+                if val == mp or val.startswith(mp + "/"):
+                    val = str(d) + val[len(mp):]
+                    break
+            env[e["name"]] = val
+        return env
+
+    async def _run_main(self, p: dict[str, Any]) -> None:
+        """The container's command, restarted when it exits (restartPolicy Always)."""
+        c = p["spec"]["containers"][0]
+        argv = [*c["command"], *(c.get("args") or [])]
+        box = self.sandbox(p)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box),
+               "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": p["metadata"]["name"],
+               **self._container_env(p)}
+        log = self.root / "logs" / f"{p['metadata']['name']}-{p['metadata']['uid'][:8]}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.main_logs[p["metadata"]["name"]] = log
+        restarts = 0
+        while True:
+            with open(log, "ab") as out:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, cwd=box, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                    stderr=out, start_new_session=True)
+            try:
+                await proc.wait()
+            except asyncio.CancelledError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                raise
+            restarts += 1
+            for cs in p["status"].get("containerStatuses") or []:
+                cs["restartCount"] = restarts
+            await asyncio.sleep(min(10.0, 0.5 * restarts))
+
     def _visible_gpus(self, p: dict[str, Any]) -> str:
         from skyd.clouds.kubernetes.labels import node_gpus
 
@@ -534,7 +775,7 @@ class FakeKube:
         v5 = ws.ws_protocol == "v5.channel.k8s.io"
         box = self.sandbox(p)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box),
-               "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name}
+               "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name, **self._container_env(p)}
         gpus = self._visible_gpus(p)
         if gpus:  # what the device plugin would make visible in the container
             env["SKYD_FAKE_GPUS"] = gpus

@@ -1,0 +1,215 @@
+"""A daemon running in Kubernetes (``SKYD_HOST=k8s://CONTEXT/NAMESPACE``), reached through
+the API server's pod ``exec`` (skyd.transports.kube), as ``kubectl exec`` would.
+
+``skyd daemon deploy k8s://…`` runs the daemon as the one-replica StatefulSet ``skyd`` (pod
+``skyd-0``). A client reaches it the way it reaches an SSH host: every HTTP connection is
+carried by one exec session running ``skyd daemon dial-stdio`` in the pod (a byte relay to
+the daemon's Unix socket). Clients that talk to a socket path (the CLI's stdlib client, the
+async SDK, the TUI) get a private local relay socket (``remote.LocalRelay``); here its
+connections are pumped by one background event loop (``relay.RelayListener``).
+
+URL forms (as kubectl users would expect): ``k8s://CONTEXT/NAMESPACE``; ``k8s:///NAMESPACE``
+(the kubeconfig's current context); ``k8s://CONTEXT`` and ``k8s://`` (the context's own
+namespace, else ``default``). A ``/`` inside a context name (EKS ARNs) is written ``%2F``.
+
+Parsing is stdlib only (the one-shot CLI imports this on its fast path); aiohttp and the
+kubeconfig client are imported only when a connection is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from skyd.errors import InvalidSpecError, SkydError
+
+SCHEME = "k8s://"
+DEFAULT_NAME = "skyd"  # the StatefulSet; its one pod is ``skyd-0``
+CONTAINER = "skyd"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: what runs in the pod for each connection: the skyd the StatefulSet runs ($SKYD_BIN).
+DIAL_ARGV = ["/bin/sh", "-c", 'exec "${SKYD_BIN:-skyd}" daemon dial-stdio']
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """A daemon in a Kubernetes namespace: the kubeconfig context (None: the current one),
+    the namespace (None: the context's own, else ``default``) and the StatefulSet's name."""
+
+    context: str | None = None
+    namespace: str | None = None
+    name: str = DEFAULT_NAME
+
+    def url(self) -> str:
+        ctx = quote(self.context, safe=":@_.-") if self.context else ""
+        out = f"{SCHEME}{ctx}" + (f"/{self.namespace}" if self.namespace else "")
+        return out + (f"?name={self.name}" if self.name != DEFAULT_NAME else "")
+
+    @property
+    def pod(self) -> str:
+        return f"{self.name}-0"
+
+    def destination(self) -> list[str]:
+        """What a user would type to reach it with kubectl (for hints)."""
+        out = ["kubectl"]
+        if self.context:
+            out += ["--context", self.context]
+        if self.namespace:
+            out += ["-n", self.namespace]
+        return out
+
+
+def is_k8s(url: str) -> bool:
+    return url.strip().startswith(SCHEME)
+
+
+def parse_k8s(url: str) -> KubeTarget:
+    text = url.strip()
+    if not text.startswith(SCHEME):
+        raise InvalidSpecError(f"unsupported daemon host {url!r}", field="SKYD_HOST",
+                               hint="use k8s://CONTEXT/NAMESPACE")
+    rest, _, query = text[len(SCHEME):].partition("?")
+    name = DEFAULT_NAME
+    for part in filter(None, query.split("&")):
+        k, _, v = part.partition("=")
+        if k != "name":
+            raise InvalidSpecError(f"unknown option {k!r} in daemon host {url!r}",
+                                   field="SKYD_HOST", hint="known options: name")
+        name = unquote(v)
+    ctx_raw, slash, ns_raw = rest.rpartition("/") if "/" in rest else (rest, "", "")
+    ctx = unquote(ctx_raw) or None
+    ns = unquote(ns_raw) or None
+    if slash and "/" in ctx_raw:
+        raise InvalidSpecError(f"daemon host {url!r} has more than CONTEXT/NAMESPACE",
+                               field="SKYD_HOST",
+                               hint="use k8s://CONTEXT/NAMESPACE; write a '/' inside a "
+                                    "context name as %2F")
+    if ns is not None and not _DNS_LABEL.match(ns):
+        raise InvalidSpecError(f"namespace {ns!r} in daemon host {url!r} is not a valid "
+                               "Kubernetes namespace", field="SKYD_HOST",
+                               hint="lower-case letters, digits and '-' (at most 63)")
+    if not _DNS_LABEL.match(name) or len(name) > 50:
+        raise InvalidSpecError(f"name {name!r} in daemon host {url!r} is not a valid "
+                               "StatefulSet name", field="SKYD_HOST",
+                               hint="lower-case letters, digits and '-' (at most 50)")
+    if ctx is not None and (ctx.startswith("-") or any(c in ctx for c in "\0\n")):
+        raise InvalidSpecError(f"context {ctx!r} in daemon host {url!r} is not a context "
+                               "name", field="SKYD_HOST", hint="use k8s://CONTEXT/NAMESPACE")
+    return KubeTarget(context=ctx, namespace=ns, name=name)
+
+
+# -- the kubeconfig ---------------------------------------------------------------------------
+
+def kubeconfig_path() -> Path:
+    raw = os.environ.get("KUBECONFIG", "")
+    first = raw.split(os.pathsep)[0] if raw else ""
+    return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
+
+
+def resolve(t: KubeTarget) -> KubeTarget:
+    """``t`` with its context and namespace filled in from the kubeconfig (the current
+    context; the context's namespace, else ``default``). A clear error when the kubeconfig
+    or the context is missing."""
+    import yaml
+
+    p = kubeconfig_path()
+    try:
+        doc = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise SkydError(f"no kubeconfig at {p} (needed for {t.url()})",
+                        hint="set KUBECONFIG or create ~/.kube/config") from None
+    except (OSError, ValueError) as e:
+        raise SkydError(f"kubeconfig {p} is unreadable: {e}", hint="fix the file") from None
+    contexts = {str(c.get("name")): (c.get("context") or {})
+                for c in (doc.get("contexts") or []) if isinstance(c, dict) and c.get("name")}
+    ctx = t.context or str(doc.get("current-context") or "")
+    if not ctx:
+        raise InvalidSpecError(f"{t.url()} names no context and the kubeconfig {p} has no "
+                               "current context", field="SKYD_HOST",
+                               hint="use k8s://CONTEXT/NAMESPACE (contexts: "
+                                    f"{', '.join(sorted(contexts)) or 'none'})")
+    if ctx not in contexts:
+        raise InvalidSpecError(f"no context {ctx!r} in the kubeconfig {p}", field="SKYD_HOST",
+                               hint="known contexts: " + (", ".join(sorted(contexts)) or "none"))
+    ns = t.namespace or str(contexts[ctx].get("namespace") or "default")
+    return KubeTarget(context=ctx, namespace=ns, name=t.name)
+
+
+# -- the channel: exec sessions pumped by one background event loop ----------------------------
+
+class KubeRelayServer:
+    """Serves a Unix socket path: every connection becomes one exec session running
+    ``skyd daemon dial-stdio`` in the daemon's pod. Runs its own event loop in a daemon
+    thread, so a blocking client (the stdlib CLI) can use it."""
+
+    def __init__(self, target: KubeTarget, path: str) -> None:
+        self.target = resolve(target)
+        self.path = path
+        self.error = ""  # the last exec failure (for the client's message)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+        self._listener: Any = None
+        self._api: Any = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, name="skyd-kube-relay", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._failed is not None:
+            raise self._failed
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        from skyd.transports import relay
+
+        self._stop = asyncio.Event()
+        try:
+            self._listener = relay.RelayListener(self._open_pipe, self.target.url(), spares=0)
+            await self._listener.start(unix_path=self.path)
+        except BaseException as e:  # noqa: BLE001 - handed to the constructor's caller
+            self._failed = e
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            self._listener.close()
+            if self._api is not None:
+                await self._api.close()
+
+    async def _open_pipe(self) -> Any:
+        from skyd.clouds.kubernetes.api import ContextAPI
+        from skyd.transports.kube import KubeTransport
+
+        t = self.target
+        assert t.namespace is not None and t.context is not None
+        try:
+            if self._api is None:
+                self._api = ContextAPI(t.context, t.namespace)
+            conn = await self._api.exec_conn()
+            tr = KubeTransport(conn, t.namespace, t.pod, CONTAINER)
+            return await tr.open_stream(DIAL_ARGV)
+        except Exception as e:
+            self.error = str(e)
+            raise
+
+    def close(self) -> None:
+        if self._stop is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                return
+            self._thread.join(10)

@@ -1,0 +1,202 @@
+"""Kubernetes as the daemon's host: `skyd daemon deploy k8s://CONTEXT/NAMESPACE` against the
+fake API server (bodies checked against kubernetes_asyncio's models), whose StatefulSet
+controller runs the pod's container command as a local process with its volume as a
+directory; the real CLI then reaches that daemon only through pod exec (`dial-stdio`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.kubeapi import FakeKube, gpu_node
+from tests.test_daemon_support import SKYD_BIN, guarded_pythonpath
+
+NS = "skyd-ns"
+URL = f"k8s://lab/{NS}"
+
+
+@dataclass
+class Kube:
+    fake: FakeKube
+    env: dict[str, str]  # the client's environment (its own SKYD_HOME, the kubeconfig)
+    wrapper: Path  # the "executable" deploy copies: this checkout's skyd
+
+    @property
+    def volume(self) -> Path:
+        return self.fake.root / "volumes" / NS / "skyd-home"
+
+    def cli(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True,
+                              timeout=timeout, env={**self.env, **env}, stdin=subprocess.DEVNULL)
+
+    def ok(self, *args: str, **kw: str) -> subprocess.CompletedProcess[str]:
+        r = self.cli(*args, **kw)  # type: ignore[arg-type]
+        assert r.returncode == 0, f"skyd {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}\n{self.pod_log()}"
+        return r
+
+    def pod_log(self) -> str:
+        out = []
+        for p in (self.volume / "logs" / "daemon.log", *self.fake.main_logs.values()):
+            if p.exists():
+                out.append(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+    def posts(self) -> int:
+        return sum(n for k, n in self.fake.calls.items()
+                   if k.split()[0] in ("POST", "PUT", "PATCH", "DELETE") and "/exec" not in k)
+
+    def pod_uid(self) -> str:
+        return str(self.fake.pods[(NS, "skyd-0")]["metadata"]["uid"])
+
+
+def _wrapper(d: Path, note: str = "") -> Path:
+    w = d / "skyd-image-bin"
+    w.write_text(f"#!/bin/sh\n# {note}\nexport PYTHONPATH={guarded_pythonpath()}\n"
+                 f"exec {sys.executable} -m skyd.cli.main \"$@\"\n")
+    w.chmod(0o755)
+    return w
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    base = tmp_path_factory.mktemp("k8shost")
+    fake = FakeKube(base / "kube").start()
+    fake.add_node(gpu_node("node-a", {}, cpu="16", memory="64Gi"))
+    # What the image would carry: the node agent's dependency cache and the network guard.
+    fake.image_env = {k: os.environ[k] for k in ("SKYD_CACHE_DIR", "SKYD_NETGUARD_LOG",
+                                                 "NO_GCE_CHECK") if k in os.environ}
+    cfg = fake.kubeconfig(base / "kubeconfig", {"lab": NS, "other": "default"})
+    env = {**os.environ, "SKYD_HOME": str(base / "client"), "SKYD_CONFIG_DIR": str(base / "cfg"),
+           "KUBECONFIG": str(cfg), "PYTHONPATH": guarded_pythonpath()}
+    for k in ("SKYD_SOCKET", "SKYD_HOST"):
+        env.pop(k, None)
+    k = Kube(fake, env, _wrapper(base))
+    try:
+        yield k
+    finally:
+        fake.stop()
+        assert fake.rejected == [], fake.rejected
+
+
+def test_deploy_makes_the_statefulset_and_its_volume(kube: Kube) -> None:
+    r = kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    assert r.stdout.strip() == f"export SKYD_HOST={URL}"
+    sts = kube.fake.statefulsets[(NS, "skyd")]["spec"]
+    assert sts["replicas"] == 1
+    pod = sts["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == "python:3.11-slim"
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["SKYD_HOME"] == "/var/lib/skyd" and env["SKYD_NO_AUTOSTART"] == "1"
+    assert {"name": "home", "mountPath": "/var/lib/skyd"} in c["volumeMounts"]
+    assert {"name": "home", "persistentVolumeClaim": {"claimName": "skyd-home"}} in pod["volumes"]
+    assert pod["serviceAccountName"] == "skyd" and (NS, "skyd") in kube.fake.serviceaccounts
+    pvc = kube.fake.pvcs[(NS, "skyd-home")]["spec"]
+    assert pvc["accessModes"] == ["ReadWriteOnce"] and pvc["resources"]["requests"]["storage"] == "10Gi"
+    installed = kube.volume / "bin" / "skyd"
+    assert installed.read_bytes() == kube.wrapper.read_bytes()
+    assert oct(installed.stat().st_mode & 0o777) == "0o700"
+    assert "created statefulset skyd" in r.stderr and "daemon runs in pod skyd-0" in r.stderr
+    # Again: nothing is created, replaced or sent; the same pod keeps running.
+    before, uid = kube.posts(), kube.pod_uid()
+    r = kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper))
+    assert "up to date" in r.stderr and "created" not in r.stderr and "copied" not in r.stderr
+    assert kube.posts() == before and kube.pod_uid() == uid
+
+
+def test_verbs_reach_the_pod_daemon_through_exec(kube: Kube, tmp_path: Path) -> None:
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    execs = kube.fake.exec_calls
+    r = kube.ok("status", "-o", "json", SKYD_HOST=URL)
+    json.loads(r.stdout)
+    assert kube.fake.exec_calls > execs  # through the API server's exec, nothing else
+    assert (kube.volume / "state.db").exists()
+    assert not (Path(kube.env["SKYD_HOME"]) / "state.db").exists()
+    task = tmp_path / "t.yaml"
+    task.write_text("resources:\n  infra: local\nrun: echo hello-from-the-pod-daemon\n")
+    r = kube.ok("launch", "-y", "-c", "kk", str(task), SKYD_HOST=URL, timeout=300)
+    assert "hello-from-the-pod-daemon" in r.stdout, r.stdout
+    assert (kube.volume / "local").is_dir()  # the pod daemon's sandboxes, on its volume
+    # current context, its namespace: the same daemon
+    r = kube.ok("status", "-o", "json", SKYD_HOST="k8s://")
+    assert "kk" in r.stdout
+    # named contexts and --host
+    kube.ok("context", "add", "pod", "k8s:///" + NS)
+    kube.ok("context", "use", "pod")
+    assert "kk" in kube.ok("status").stdout
+    kube.ok("context", "use", "local")
+    assert "kk" in kube.ok("--host", URL, "status").stdout
+    kube.ok("down", "-y", "kk", SKYD_HOST=URL, timeout=180)
+    kube.ok("context", "rm", "pod")
+
+
+def test_upgrade_rolls_the_pod_and_keeps_state(kube: Kube, tmp_path: Path) -> None:
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    task = tmp_path / "t.yaml"
+    task.write_text("resources:\n  infra: local\nrun: echo v1\n")
+    kube.ok("launch", "-y", "-c", "ku", str(task), SKYD_HOST=URL, timeout=300)
+    other = _wrapper(tmp_path, "another build")
+    r = kube.cli("daemon", "deploy", URL, "--binary", str(other))
+    assert r.returncode != 0 and "--upgrade" in r.stderr and "Traceback" not in r.stderr
+    uid = kube.pod_uid()
+    r = kube.ok("daemon", "deploy", URL, "--binary", str(other), "--upgrade", timeout=300)
+    assert "rolled statefulset skyd" in r.stderr
+    assert kube.pod_uid() != uid
+    assert (kube.volume / "bin" / "skyd").read_text() == other.read_text()
+    row = [c for c in json.loads(kube.ok("status", "-o", "json", SKYD_HOST=URL).stdout)
+           if c.get("name") == "ku"]
+    assert row, "the cluster launched before the upgrade is still known"
+    kube.ok("down", "-y", "ku", SKYD_HOST=URL, timeout=180)
+
+
+@pytest.mark.anyio
+async def test_async_sdk_through_the_pod_relay(kube: Kube) -> None:
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    from skyd.sdk.aio import AsyncClient
+
+    keys = ("SKYD_HOME", "SKYD_CONFIG_DIR", "KUBECONFIG")
+    saved = {k: os.environ.get(k) for k in (*keys, "SKYD_HOST")}
+    os.environ.update({k: kube.env[k] for k in keys}, SKYD_HOST=URL)
+    try:
+        c = AsyncClient()
+        relay_dir = Path(c.socket_path).parent
+        assert oct(relay_dir.stat().st_mode & 0o777) == "0o700"
+        health = await c.get("/v1/health")
+        assert Path(health["home"]).resolve() == kube.volume.resolve()
+        await c.close()
+        assert not relay_dir.exists()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_bad_k8s_hosts_are_one_clear_error(kube: Kube) -> None:
+    for bad, says in (("k8s://lab/Bad_NS", "namespace"), ("k8s://nosuch/x", "lab"),
+                      ("k8s://lab/ns?zone=1", "name"), ("k8s://a/b/c", "%2F")):
+        r = kube.cli("status", SKYD_HOST=bad)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert says in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    r = kube.cli("daemon", "deploy", URL, "--remote-home", "/x")
+    assert r.returncode == 2 and "--remote-home" in r.stderr
+    r = kube.cli("daemon", "deploy", "ssh://h", "--image", "x")
+    assert r.returncode == 2 and "--image" in r.stderr
+    # nothing deployed in that namespace: one message naming how to deploy, exit 7
+    t0 = time.monotonic()
+    r = kube.cli("status", SKYD_HOST="k8s://other/empty")
+    assert r.returncode == 7, r.stderr
+    assert "skyd daemon deploy k8s://other/empty" in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 60
