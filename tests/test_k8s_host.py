@@ -121,10 +121,16 @@ def test_verbs_reach_the_pod_daemon_through_exec(kube: Kube, tmp_path: Path) -> 
     assert kube.fake.exec_calls > execs  # through the API server's exec, nothing else
     assert (kube.volume / "state.db").exists()
     assert not (Path(kube.env["SKYD_HOME"]) / "state.db").exists()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "note.txt").write_text("from-the-laptop\n")
     task = tmp_path / "t.yaml"
-    task.write_text("resources:\n  infra: local\nrun: echo hello-from-the-pod-daemon\n")
-    r = kube.ok("launch", "-y", "-c", "kk", str(task), SKYD_HOST=URL, timeout=300)
-    assert "hello-from-the-pod-daemon" in r.stdout, r.stdout
+    task.write_text("workdir: code\nresources:\n  infra: local\n"
+                    "run: echo hello-from-the-pod-daemon; cat note.txt\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = kube.ok("launch", "-y", "-c", "kk", str(task), SKYD_HOST=URL, TMPDIR=str(tmp), timeout=300)
+    assert "hello-from-the-pod-daemon" in r.stdout and "from-the-laptop" in r.stdout, r.stdout
+    assert list(tmp.iterdir()) == []  # the CLI's private relay socket went away with it
     assert (kube.volume / "local").is_dir()  # the pod daemon's sandboxes, on its volume
     # current context, its namespace: the same daemon
     r = kube.ok("status", "-o", "json", SKYD_HOST="k8s://")

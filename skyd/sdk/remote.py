@@ -426,6 +426,9 @@ class LocalRelay:
             except BaseException:
                 self.dir.rmdir()
                 raise
+            import atexit
+
+            atexit.register(self.close)  # a one-shot CLI may not close its client
             return
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._srv.bind(self.path)
@@ -454,6 +457,10 @@ class LocalRelay:
         if self._closed:
             return
         self._closed = True
+        if self.kube is not None:
+            import atexit
+
+            atexit.unregister(self.close)
         try:
             if self.kube is not None:
                 self.kube.close()
