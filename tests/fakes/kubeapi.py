@@ -411,17 +411,8 @@ class FakeKube:
             if nn and p["status"].get("phase") not in ("Succeeded", "Failed") and nn in used:
                 for k, v in self._requests(p).items():
                     used[nn][k] = used[nn].get(k, 0.0) + v
-        for (pns, _), p in self.pods.items():
+        for p in self.pods.values():
             if p["spec"].get("nodeName") or p["status"].get("phase") != "Pending":
-                continue
-            missing = [c for v in p["spec"].get("volumes") or []
-                       if (c := (v.get("persistentVolumeClaim") or {}).get("claimName"))
-                       and (pns, c) not in self.pvcs]
-            if missing:
-                p["status"]["conditions"] = [{
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                    "message": f'0/{len(self.nodes)} nodes are available: persistentvolumeclaim '
-                               f'"{missing[0]}" not found.'}]
                 continue
             reasons: dict[str, int] = {}
             for name in sorted(self.nodes):
