@@ -31,8 +31,13 @@ SCHEME = "k8s://"
 DEFAULT_NAME = "skyd"  # the StatefulSet; its one pod is ``skyd-0``
 CONTAINER = "skyd"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-#: what runs in the pod for each connection: the skyd the StatefulSet runs ($SKYD_BIN).
-DIAL_ARGV = ["/bin/sh", "-c", 'exec "${SKYD_BIN:-skyd}" daemon dial-stdio']
+#: what runs in the pod for each connection: ``skyd daemon dial-stdio`` of the skyd the
+#: StatefulSet runs ($SKYD_BIN). Once the daemon's socket is there and the image has python3,
+#: the same byte relay as a stdlib script (skyd.transports.relay.RELAY, ``python3 -S``)
+#: instead: a process start of ~20 ms rather than skyd's own (a frozen single file unpacks
+#: itself first).
+_DIAL = ('if [ -S "$SKYD_SOCKET" ] && command -v python3 >/dev/null 2>&1; then '
+         'exec python3 -S -c "$1" "$SKYD_SOCKET"; fi; exec "${SKYD_BIN:-skyd}" daemon dial-stdio')
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ class KubeTarget:
         if self.namespace:
             out += ["-n", self.namespace]
         return out
+
+
+def dial_argv() -> list[str]:
+    from skyd.transports.relay_script import RELAY
+
+    return ["/bin/sh", "-c", _DIAL, "sh", RELAY]
 
 
 def is_k8s(url: str) -> bool:
@@ -139,8 +150,9 @@ def resolve(t: KubeTarget) -> KubeTarget:
     return KubeTarget(context=ctx, namespace=ns, name=t.name)
 
 
-def light_conn(t: KubeTarget) -> Any:
-    """A ``KubeConn`` for ``t``'s context read straight from the kubeconfig when its user
+def endpoint(t: KubeTarget) -> Any:
+    """The API server of ``t``'s context (a ``kubews.Endpoint``) read straight from the
+    kubeconfig when its user
     authenticates with a token (``token``/``tokenFile``) or a client certificate, and its
     cluster with a CA (file or data) or ``insecure-skip-tls-verify``: what a connection needs
     without importing the Kubernetes client library (~0.3 s, 2 s and more on a busy machine).
@@ -152,7 +164,7 @@ def light_conn(t: KubeTarget) -> Any:
 
     import yaml
 
-    from skyd.transports.kube import KubeConn
+    from skyd.sdk.kubews import Endpoint
 
     p = kubeconfig_path()
     try:
@@ -189,7 +201,7 @@ def light_conn(t: KubeTarget) -> Any:
             return None
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    tls: ssl.SSLContext | bool = False
+    tls: ssl.SSLContext | None = None
     if server.startswith("https"):
         try:
             if cluster.get("certificate-authority-data"):
@@ -216,21 +228,39 @@ def light_conn(t: KubeTarget) -> Any:
                     tls.load_cert_chain(pem("client-certificate"), pem("client-key"))
         except (OSError, ValueError, ssl.SSLError):
             return None
-    return KubeConn(server, headers, tls)
+    return Endpoint(server, headers, tls)
 
 
 # -- the channel: exec sessions pumped by one background event loop ----------------------------
 
+def stdlib_carrier(t: KubeTarget, ep: Any, report: Any) -> Any:
+    """``carry(conn)`` for ``remote.LocalRelay``: each accepted connection becomes an exec
+    session (skyd.sdk.kubews, stdlib only) running ``dial_argv()`` in the daemon's pod."""
+    from skyd.sdk import kubews
+
+    argv = dial_argv()
+    assert t.namespace is not None
+
+    def open_exec() -> kubews.ExecSocket:
+        return kubews.ExecSocket(ep, str(t.namespace), t.pod, CONTAINER, argv)
+
+    def carry(conn: Any) -> None:
+        kubews.carry(conn, open_exec, report)
+
+    return carry
+
+
 class KubeRelayServer:
-    """Serves a Unix socket path: every connection becomes one exec session running
-    ``skyd daemon dial-stdio`` in the daemon's pod. Runs its own event loop in a daemon
-    thread, so a blocking client (the stdlib CLI) can use it."""
+    """Serves a Unix socket path: every connection becomes one exec session in the daemon's
+    pod, made by the Kubernetes client library's loader (for kubeconfig users that
+    authenticate with exec plugins or auth providers; others take ``stdlib_carrier``). Runs
+    its own event loop in a daemon thread, so a blocking client (the stdlib CLI) can use it."""
 
     def __init__(self, target: KubeTarget, path: str) -> None:
         import asyncio
         import threading
 
-        self.target = resolve(target)
+        self.target = target
         self.path = path
         self.error = ""  # the last exec failure (for the client's message)
         self._loop = asyncio.new_event_loop()
@@ -238,7 +268,6 @@ class KubeRelayServer:
         self._failed: BaseException | None = None
         self._listener: Any = None
         self._api: Any = None
-        self._conn: Any = None
         self._stop: Any = None  # asyncio.Event, made on the loop
         self._thread = threading.Thread(target=self._main, name="skyd-kube-relay", daemon=True)
         self._thread.start()
@@ -273,8 +302,6 @@ class KubeRelayServer:
             await self._stop.wait()
         finally:
             self._listener.close()
-            if self._conn is not None:
-                await self._conn.close()
             if self._api is not None:
                 await self._api.close()
 
@@ -284,17 +311,13 @@ class KubeRelayServer:
         t = self.target
         assert t.namespace is not None and t.context is not None
         try:
-            if self._conn is None:
-                self._conn = light_conn(t)
-            if self._conn is None:
-                if self._api is None:
-                    from skyd.clouds.kubernetes.api import ContextAPI
+            if self._api is None:
+                from skyd.clouds.kubernetes.api import ContextAPI
 
-                    self._api = ContextAPI(t.context, t.namespace)
-                self._conn = await self._api.exec_conn()
-            conn = self._conn
+                self._api = ContextAPI(t.context, t.namespace)
+            conn = await self._api.exec_conn()
             tr = KubeTransport(conn, t.namespace, t.pod, CONTAINER)
-            return await tr.open_stream(DIAL_ARGV)
+            return await tr.open_stream(dial_argv())
         except Exception as e:
             self.error = str(e)
             raise

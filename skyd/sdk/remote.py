@@ -406,10 +406,11 @@ class SSHStdioConnection(http.client.HTTPConnection):
 class LocalRelay:
     """A private Unix socket on this machine whose every connection is carried to the remote
     daemon by its own ``dial-stdio``: for clients that speak to a socket path (the async SDK,
-    the TUI; for a k8s:// daemon the CLI too). Over SSH, one thread accepts and ssh (on the
-    shared SSH connection) gets the accepted socket as its stdin/stdout, so no byte is
-    copied here; for Kubernetes, each connection is an exec session in the daemon's pod
-    (skyd.sdk.kubehost.KubeRelayServer)."""
+    the TUI; for a k8s:// daemon the CLI too). One thread accepts and hands each connection
+    to the target's carrier: over SSH, ssh (on the shared SSH connection) gets the accepted
+    socket as its stdin/stdout, so no byte is copied here; for Kubernetes, an exec session in
+    the daemon's pod (skyd.sdk.kubehost; kubeconfig users of exec plugins get a relay with
+    the Kubernetes client library instead, KubeRelayServer, which serves the path itself)."""
 
     def __init__(self, target: AnyTarget) -> None:
         self.target = target
@@ -417,32 +418,43 @@ class LocalRelay:
         self.path = str(self.dir / "s.sock")
         self._procs: list[subprocess.Popen[bytes]] = []
         self._closed = False
-        self.kube: Any = None
+        self.kube: Any = None  # the library-based relay (k8s:// with exec-plugin auth)
+        self.errors: list[str] = []  # why connections failed (k8s://), for messages
+        try:
+            self._carry = self._carrier(target)
+        except BaseException:
+            self.dir.rmdir()
+            raise
         if isinstance(target, KubeTarget):
-            from skyd.sdk.kubehost import KubeRelayServer
-
-            try:
-                self.kube = KubeRelayServer(target, self.path)
-            except BaseException:
-                self.dir.rmdir()
-                raise
             import atexit
 
             atexit.register(self.close)  # a one-shot CLI may not close its client
+        if self.kube is not None:
             return
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._srv.bind(self.path)
         self._srv.listen(64)
         threading.Thread(target=self._serve, name="skyd-relay", daemon=True).start()
 
-    def _serve(self) -> None:
-        assert isinstance(self.target, Target)
-        argv = ssh_argv(self.target, remote_skyd(self.target, "daemon", "dial-stdio"))
-        while not self._closed:
-            try:
-                conn, _ = self._srv.accept()
-            except OSError:
-                return
+    @property
+    def error(self) -> str:
+        said = self.errors[-1] if self.errors else ""
+        return said or (self.kube.error if self.kube is not None else "")
+
+    def _carrier(self, target: AnyTarget) -> Any:
+        """What carries one accepted connection (and closes it)."""
+        if isinstance(target, KubeTarget):
+            from skyd.sdk import kubehost
+
+            t = kubehost.resolve(target)
+            ep = kubehost.endpoint(t)
+            if ep is None:
+                self.kube = kubehost.KubeRelayServer(t, self.path)
+                return None
+            return kubehost.stdlib_carrier(t, ep, self.errors.append)
+        argv = ssh_argv(target, remote_skyd(target, "daemon", "dial-stdio"))
+
+        def ssh(conn: socket.socket) -> None:
             try:
                 self._procs = [p for p in self._procs if p.poll() is None]
                 self._procs.append(subprocess.Popen(  # noqa: S603 - an argument list
@@ -453,11 +465,21 @@ class LocalRelay:
             finally:
                 conn.close()
 
+        return ssh
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                return
+            self._carry(conn)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self.kube is not None:
+        if isinstance(self.target, KubeTarget):
             import atexit
 
             atexit.unregister(self.close)

@@ -250,7 +250,7 @@ class Client:
     def _unavailable(self, e: BaseException | None,
                      conn: http.client.HTTPConnection | None = None) -> DaemonUnavailableError:
         if isinstance(self.target, KubeTarget):
-            said = (self._relay.kube.error if self._relay is not None else "") or ""
+            said = self._relay.error if self._relay is not None else ""
             return DaemonUnavailableError(
                 f"cannot reach the skyd daemon on {self.target.url()}"
                 + (f": {said.splitlines()[-1]}" if said else (f": {e}" if e else "")),
