@@ -206,3 +206,30 @@ def test_bad_k8s_hosts_are_one_clear_error(kube: Kube) -> None:
     assert r.returncode == 7, r.stderr
     assert "skyd daemon deploy k8s://other/empty" in r.stderr and "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_exec_plugin_kubeconfigs_and_broken_ones(kube: Kube, tmp_path: Path) -> None:
+    """A context whose user authenticates with an exec plugin (EKS, GKE) goes through the
+    Kubernetes client library's loader; a kubeconfig that is not one is one clear error."""
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    import yaml
+
+    from tests.fakes.kubeapi import TOKEN
+
+    plugin = tmp_path / "token-plugin"
+    plugin.write_text("#!/bin/sh\necho '{\"apiVersion\": \"client.authentication.k8s.io/v1beta1\", "
+                      f"\"kind\": \"ExecCredential\", \"status\": {{\"token\": \"{TOKEN}\"}}}}'\n")
+    plugin.chmod(0o755)
+    cfg = yaml.safe_load(Path(kube.env["KUBECONFIG"]).read_text())
+    cfg["users"] = [{"name": "tester", "user": {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin),
+        "interactiveMode": "Never"}}}]
+    kc = tmp_path / "kubeconfig-plugin"
+    kc.write_text(yaml.safe_dump(cfg))
+    r = kube.ok("status", "-o", "json", SKYD_HOST=URL, KUBECONFIG=str(kc))
+    json.loads(r.stdout)
+    bad = tmp_path / "kubeconfig-bad"
+    bad.write_text("- just\n- a list\n")
+    r = kube.cli("status", SKYD_HOST=URL, KUBECONFIG=str(bad))
+    assert r.returncode != 0 and "kubeconfig" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -121,15 +121,35 @@ def kubeconfig_path() -> Path:
     return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
 
 
+_LOADED: dict[tuple[str, float], Any] = {}
+
+
+def load_kubeconfig() -> Any:
+    """The kubeconfig's document (parsed once per process and file version; yaml's C loader
+    where there is one)."""
+    import yaml
+
+    p = kubeconfig_path()
+    key = (str(p), p.stat().st_mtime)
+    if key not in _LOADED:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        try:
+            doc = yaml.load(p.read_text(), Loader=loader) or {}  # noqa: S506 - a safe loader
+        except yaml.YAMLError as e:
+            raise ValueError(str(e)) from None
+        if not isinstance(doc, dict):
+            raise ValueError("not a kubeconfig (no mapping at the top)")
+        _LOADED[key] = doc
+    return _LOADED[key]
+
+
 def resolve(t: KubeTarget) -> KubeTarget:
     """``t`` with its context and namespace filled in from the kubeconfig (the current
     context; the context's namespace, else ``default``). A clear error when the kubeconfig
     or the context is missing."""
-    import yaml
-
     p = kubeconfig_path()
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = load_kubeconfig()
     except FileNotFoundError:
         raise SkydError(f"no kubeconfig at {p} (needed for {t.url()})",
                         hint="set KUBECONFIG or create ~/.kube/config") from None
@@ -162,14 +182,14 @@ def endpoint(t: KubeTarget) -> Any:
     import ssl
     import tempfile
 
-    import yaml
-
     from skyd.sdk.kubews import Endpoint
 
     p = kubeconfig_path()
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = load_kubeconfig()
     except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
         return None
 
     def named(kind: str, name: Any) -> dict[str, Any] | None:
