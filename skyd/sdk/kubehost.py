@@ -4,9 +4,11 @@ the API server's pod ``exec`` (skyd.transports.kube), as ``kubectl exec`` would.
 ``skyd daemon deploy k8s://…`` runs the daemon as the one-replica StatefulSet ``skyd`` (pod
 ``skyd-0``). A client reaches it the way it reaches an SSH host: every HTTP connection is
 carried by one exec session running ``skyd daemon dial-stdio`` in the pod (a byte relay to
-the daemon's Unix socket). Clients that talk to a socket path (the CLI's stdlib client, the
-async SDK, the TUI) get a private local relay socket (``remote.LocalRelay``); here its
-connections are pumped by one background event loop (``relay.RelayListener``).
+the daemon's Unix socket; ``dial_argv``). Clients (the CLI's stdlib client, the async SDK,
+the TUI) talk to a private local relay socket (``remote.LocalRelay``) whose connections
+``stdlib_carrier`` hands to exec sessions over a stdlib WebSocket (skyd.sdk.kubews), or, for
+kubeconfig users of exec plugins and auth providers, ``KubeRelayServer`` pumps through the
+Kubernetes client library's credentials and skyd's aiohttp exec transport.
 
 URL forms (as kubectl users would expect): ``k8s://CONTEXT/NAMESPACE``; ``k8s:///NAMESPACE``
 (the kubeconfig's current context); ``k8s://CONTEXT`` and ``k8s://`` (the context's own
@@ -204,6 +206,8 @@ def endpoint(t: KubeTarget) -> Any:
     user = named("user", (ctx or {}).get("user"))
     if ctx is None or cluster is None or user is None or not cluster.get("server"):
         return None
+    if cluster.get("proxy-url") or cluster.get("tls-server-name"):
+        return None  # the library handles these
     if set(user) - {"token", "tokenFile", "client-certificate", "client-certificate-data",
                     "client-key", "client-key-data"}:
         return None  # exec, auth-provider, username/password, impersonation: the library
