@@ -233,3 +233,31 @@ def test_exec_plugin_kubeconfigs_and_broken_ones(kube: Kube, tmp_path: Path) -> 
     bad.write_text("- just\n- a list\n")
     r = kube.cli("status", SKYD_HOST=URL, KUBECONFIG=str(bad))
     assert r.returncode != 0 and "kubeconfig" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_pod_daemon_killed_comes_back_with_its_state(kube: Kube, tmp_path: Path) -> None:
+    """kill -9 of the daemon in the pod: the container restarts (restartPolicy Always), the
+    next command reaches the new daemon through the same channel, and what the old one knew
+    (SQLite on the volume) is there."""
+    import signal
+
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    task = tmp_path / "t.yaml"
+    task.write_text("resources:\n  infra: local\nrun: echo before-the-kill\n")
+    kube.ok("launch", "-y", "-c", "kd", str(task), SKYD_HOST=URL, timeout=300)
+    old = kube.fake.main_pids["skyd-0"]
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while True:
+        r = kube.cli("status", "-o", "json", SKYD_HOST=URL)
+        if r.returncode == 0:
+            break
+        assert time.monotonic() < deadline, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+        time.sleep(1)
+    assert kube.fake.main_pids["skyd-0"] != old
+    assert any(c.get("name") == "kd" for c in json.loads(r.stdout))
+    r = kube.ok("logs", "kd", "1", SKYD_HOST=URL)
+    assert "before-the-kill" in r.stdout
+    kube.ok("down", "-y", "kd", SKYD_HOST=URL, timeout=180)

@@ -145,6 +145,7 @@ class FakeKube:
         self.statefulsets: dict[tuple[str, str], dict[str, Any]] = {}
         self.image_env: dict[str, str] = {}  # what the image's ENV lines set in containers
         self.main_logs: dict[str, Path] = {}  # pod name -> its main process's output
+        self.main_pids: dict[str, int] = {}  # pod name -> its main process (now)
         self._mains: dict[str, asyncio.Task[None]] = {}  # pod uid -> the main process loop
         self._rv = 0
         self._emptydirs: dict[str, dict[str, str]] = {}  # pod uid -> volume name -> dir
@@ -729,6 +730,7 @@ class FakeKube:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, cwd=box, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out,
                     stderr=out, start_new_session=True)
+            self.main_pids[p["metadata"]["name"]] = proc.pid
             try:
                 await proc.wait()
             except asyncio.CancelledError:
