@@ -261,3 +261,55 @@ def test_the_pod_daemon_killed_comes_back_with_its_state(kube: Kube, tmp_path: P
     r = kube.ok("logs", "kd", "1", SKYD_HOST=URL)
     assert "before-the-kill" in r.stdout
     kube.ok("down", "-y", "kd", SKYD_HOST=URL, timeout=180)
+
+
+def _certs(d: Path) -> dict[str, Path]:
+    """A CA, the API server's certificate (127.0.0.1) and a client certificate, by openssl."""
+    def run(*a: str) -> None:
+        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-days", "2", "-subj", "/CN=fake-kube-ca")
+    for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}/O=system:masters")
+        (d / f"{name}.ext").write_text(extra + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+    return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+
+
+@pytest.mark.skipif(not Path("/usr/bin/openssl").exists(), reason="needs the openssl command")
+def test_tls_and_client_certificates(kube: Kube, tmp_path: Path) -> None:
+    """An API server over TLS whose kubeconfig gives its CA and a client certificate as
+    base64 data (as kind, minikube and kubeadm write them): the CLI's stdlib exec verifies
+    the server and authenticates with the certificate; a wrong CA is one clear error."""
+    import base64
+
+    import yaml
+
+    if (NS, "skyd") not in kube.fake.statefulsets:
+        kube.ok("daemon", "deploy", URL, "--binary", str(kube.wrapper), timeout=300)
+    c = _certs(tmp_path)
+    port = kube.fake.serve_tls(c["server.crt"], c["server.key"], c["ca.crt"])
+
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+
+    def kubeconfig(ca: Path) -> Path:
+        doc = {"apiVersion": "v1", "kind": "Config", "current-context": "tls",
+               "clusters": [{"name": "tls", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                        "certificate-authority-data": b64(ca)}}],
+               "users": [{"name": "admin", "user": {"client-certificate-data": b64(c["client.crt"]),
+                                                    "client-key-data": b64(c["client.key"])}}],
+               "contexts": [{"name": "tls", "context": {"cluster": "tls", "user": "admin",
+                                                        "namespace": NS}}]}
+        p = tmp_path / f"kubeconfig-{ca.stem}"
+        p.write_text(yaml.safe_dump(doc))
+        return p
+
+    r = kube.ok("status", "-o", "json", SKYD_HOST="k8s://tls", KUBECONFIG=str(kubeconfig(c["ca.crt"])))
+    json.loads(r.stdout)
+    r = kube.cli("status", SKYD_HOST="k8s://tls", KUBECONFIG=str(kubeconfig(c["client.crt"])))
+    assert r.returncode == 7, r.stderr
+    assert "certificate" in r.stderr.lower() and "Traceback" not in r.stderr, r.stderr

@@ -253,15 +253,34 @@ class FakeKube:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.port = runner.addresses[0][1]
+        self._runner = runner
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
+
+    def serve_tls(self, cert: Path, key: Path, client_ca: Path) -> int:
+        """Also serve HTTPS (the same API) on another port, as an API server does: its
+        certificate ``cert``; a client certificate signed by ``client_ca`` authenticates a
+        request without a token. Returns the port."""
+        import ssl
+
+        async def start() -> int:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(str(cert), str(key))
+            ctx.load_verify_locations(str(client_ca))
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
+            await site.start()
+            return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+        return int(self._run(start()))
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         key = f"{request.method} {request.match_info.route.resource.canonical if request.match_info.route.resource else request.path}"
         self.calls[key] = self.calls.get(key, 0) + 1
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+        by_cert = bool(request.transport and request.transport.get_extra_info("peercert"))
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}" and not by_cert:
             return _status(401, "Unauthorized", "Unauthorized")
         ns = request.match_info.get("ns")
         if ns is not None and ns in self.forbidden:
