@@ -313,3 +313,27 @@ def test_tls_and_client_certificates(kube: Kube, tmp_path: Path) -> None:
     r = kube.cli("status", SKYD_HOST="k8s://tls", KUBECONFIG=str(kubeconfig(c["client.crt"])))
     assert r.returncode == 7, r.stderr
     assert "certificate" in r.stderr.lower() and "Traceback" not in r.stderr, r.stderr
+
+
+def test_image_with_skyd_on_its_path(kube: Kube) -> None:
+    """--image: the image brings skyd (here: this checkout's, on the image's PATH); nothing is
+    copied; another image replaces it only with --upgrade."""
+    url = "k8s://lab/img-ns"
+    saved = dict(kube.fake.image_env)
+    kube.fake.image_env = {**saved, "PATH": f"{SKYD_BIN.parent}:{os.environ.get('PATH', '/bin')}",
+                           "PYTHONPATH": guarded_pythonpath()}
+    try:
+        r = kube.ok("daemon", "deploy", url, "--image", "ghcr.io/example/skyd:1", timeout=300)
+        assert r.stdout.strip() == f"export SKYD_HOST={url}"
+        c = kube.fake.statefulsets[("img-ns", "skyd")]["spec"]["template"]["spec"]["containers"][0]
+        assert c["image"] == "ghcr.io/example/skyd:1" and c["command"] == ["skyd", "daemon", "run"]
+        assert "copied" not in r.stderr
+        assert not (kube.fake.root / "volumes" / "img-ns" / "skyd-home" / "bin").exists()
+        kube.ok("status", SKYD_HOST=url)
+        assert (kube.fake.root / "volumes" / "img-ns" / "skyd-home" / "state.db").exists()
+        r = kube.cli("daemon", "deploy", url, "--image", "ghcr.io/example/skyd:2")
+        assert r.returncode != 0 and "--upgrade" in r.stderr
+        r = kube.cli("daemon", "deploy", url, "--image", "ghcr.io/example/skyd:1", "--binary", "x")
+        assert r.returncode == 2 and "--image" in r.stderr
+    finally:
+        kube.fake.image_env = saved
