@@ -57,6 +57,12 @@ class Kube:
         return str(self.fake.pods[(NS, "skyd-0")]["metadata"]["uid"])
 
 
+def _sha(p: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+
+
 def _wrapper(d: Path, note: str = "") -> Path:
     w = d / "skyd-image-bin"
     w.write_text(f"#!/bin/sh\n# {note}\nexport PYTHONPATH={guarded_pythonpath()}\n"
@@ -101,7 +107,7 @@ def test_deploy_makes_the_statefulset_and_its_volume(kube: Kube) -> None:
     assert pod["serviceAccountName"] == "skyd" and (NS, "skyd") in kube.fake.serviceaccounts
     pvc = kube.fake.pvcs[(NS, "skyd-home")]["spec"]
     assert pvc["accessModes"] == ["ReadWriteOnce"] and pvc["resources"]["requests"]["storage"] == "10Gi"
-    installed = kube.volume / "bin" / "skyd"
+    installed = kube.volume / "bin" / f"skyd-{_sha(kube.wrapper)}"
     assert installed.read_bytes() == kube.wrapper.read_bytes()
     assert oct(installed.stat().st_mode & 0o777) == "0o700"
     assert "created statefulset skyd" in r.stderr and "daemon runs in pod skyd-0" in r.stderr
@@ -158,7 +164,7 @@ def test_upgrade_rolls_the_pod_and_keeps_state(kube: Kube, tmp_path: Path) -> No
     r = kube.ok("daemon", "deploy", URL, "--binary", str(other), "--upgrade", timeout=300)
     assert "rolled statefulset skyd" in r.stderr
     assert kube.pod_uid() != uid
-    assert (kube.volume / "bin" / "skyd").read_text() == other.read_text()
+    assert [p.name for p in (kube.volume / "bin").iterdir()] == [f"skyd-{_sha(other)}"]
     row = [c for c in json.loads(kube.ok("status", "-o", "json", SKYD_HOST=URL).stdout)
            if c.get("name") == "ku"]
     assert row, "the cluster launched before the upgrade is still known"
@@ -335,5 +341,16 @@ def test_image_with_skyd_on_its_path(kube: Kube) -> None:
         assert r.returncode != 0 and "--upgrade" in r.stderr
         r = kube.cli("daemon", "deploy", url, "--image", "ghcr.io/example/skyd:1", "--binary", "x")
         assert r.returncode == 2 and "--image" in r.stderr
+        # An image that cannot be pulled: one message naming it; then a good one with
+        # --upgrade replaces the broken pod (which a StatefulSet would leave as it is).
+        kube.fake.bad_images = {"ghcr.io/example/nosuch:1"}
+        r = kube.cli("daemon", "deploy", url, "--image", "ghcr.io/example/nosuch:1", "--upgrade")
+        assert r.returncode != 0 and "ErrImagePull" in r.stderr and "Traceback" not in r.stderr
+        broken = kube.fake.pods[("img-ns", "skyd-0")]["metadata"]["uid"]
+        kube.ok("daemon", "deploy", url, "--image", "ghcr.io/example/skyd:1", "--upgrade",
+                timeout=300)
+        assert kube.fake.pods[("img-ns", "skyd-0")]["metadata"]["uid"] != broken
+        kube.ok("status", SKYD_HOST=url)
     finally:
         kube.fake.image_env = saved
+        kube.fake.bad_images = set()

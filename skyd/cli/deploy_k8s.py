@@ -13,8 +13,8 @@ labelled ``app.kubernetes.io/managed-by: skyd``):
 Which skyd runs, two ways:
 
 - default: a stock image (``python:3.11-slim``) and the single-file executable copied onto
-  the volume through the API server's exec (``$SKYD_HOME/bin/skyd``); the container waits for
-  it, then runs it. No registry, no image build; the binary's sha256 is the pod template's
+  the volume through the API server's exec (``$SKYD_HOME/bin/skyd-<sha256 prefix>``, one file
+  per build); the container waits for it, then runs it. No registry, no image build; the binary's sha256 is the pod template's
   annotation ``skyd.dev/binary-sha256``, so a different build rolls the pod.
 - ``--image IMAGE``: an image with ``skyd`` on its PATH (nothing is copied).
 
@@ -69,7 +69,7 @@ def statefulset(t: KubeTarget, *, image: str | None, sha: str | None) -> dict[st
            {"name": "SKYD_SOCKET", "value": f"{RUN_MOUNT}/skyd.sock"},
            # dial-stdio waits for this daemon instead of starting a second one
            {"name": "SKYD_NO_AUTOSTART", "value": "1"},
-           {"name": "SKYD_BIN", "value": f"{HOME_MOUNT}/bin/skyd" if sha else "skyd"}]
+           {"name": "SKYD_BIN", "value": binary_path(sha) if sha else "skyd"}]
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image or DEFAULT_IMAGE,
         "command": ["/bin/sh", "-c", WAIT_AND_RUN] if sha else ["skyd", "daemon", "run"],
@@ -96,6 +96,12 @@ def statefulset(t: KubeTarget, *, image: str | None, sha: str | None) -> dict[st
                             {"name": "run", "emptyDir": {}}]}},
         },
     }
+
+
+def binary_path(sha: str) -> str:
+    """Where a build lives on the volume: per build, so a pod of the new template never
+    starts the old one, and the old pod keeps its file until it is gone."""
+    return f"{HOME_MOUNT}/bin/skyd-{sha[:16]}"
 
 
 def _ours(template: dict[str, Any]) -> Any:
@@ -175,27 +181,36 @@ async def _ensure(api: _API, path: str, body: dict[str, Any], what: str, out: li
     return True
 
 
-async def _wait_pod(api: _API, t: KubeTarget, sha: str | None, deadline: float) -> None:
-    """Until the pod runs the wanted template (its annotation) and its container is up."""
+async def _wait_pod(api: _API, t: KubeTarget, want: dict[str, Any], deadline: float) -> None:
+    """Until the pod runs the wanted template and its container is up. A pod of another
+    template that cannot start (a bad image) is deleted: a StatefulSet does not replace a
+    broken pod by itself (Kubernetes' "forced rollback")."""
     last = ""
+    deleted: set[str] = set()
+    path = f"/api/v1/namespaces/{t.namespace}/pods/{t.pod}"
     while time.monotonic() < deadline:
-        status, pod = await api("GET", f"/api/v1/namespaces/{t.namespace}/pods/{t.pod}")
+        status, pod = await api("GET", path)
         if status == 200:
-            ann = (pod.get("metadata") or {}).get("annotations") or {}
-            st = pod.get("status") or {}
+            meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+            current = _ours({"metadata": meta, "spec": pod.get("spec") or {}}) == _ours(want)
+            stuck = ""
             for cs in st.get("containerStatuses") or []:
                 waiting = (cs.get("state") or {}).get("waiting") or {}
                 if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff",
-                                             "InvalidImageName"):
-                    raise SkydError(f"pod {t.pod} cannot start: {waiting.get('reason')}: "
-                                    f"{waiting.get('message', '')}",
-                                    hint="check --image (it needs skyd on its PATH) or pull "
-                                         "access to it")
+                                             "InvalidImageName", "CrashLoopBackOff"):
+                    stuck = f"{waiting.get('reason')}: {waiting.get('message', '')}"
+            if stuck and current:
+                raise SkydError(f"pod {t.pod} cannot start: {stuck}",
+                                hint="check --image (it needs skyd on its PATH) or pull "
+                                     "access to it")
+            if not current and (stuck or st.get("phase") not in ("Running", None)) \
+                    and meta.get("uid") not in deleted:
+                await api("DELETE", path)
+                deleted.add(str(meta.get("uid")))
             conds = st.get("conditions") or []
             last = "; ".join(str(c.get("message")) for c in conds if c.get("message")) or \
                 str(st.get("phase"))
-            if (st.get("phase") == "Running" and pod["metadata"].get("deletionTimestamp") is None
-                    and (sha is None or ann.get(SHA_ANNOTATION) == sha)):
+            if current and st.get("phase") == "Running" and meta.get("deletionTimestamp") is None:
                 return
         await asyncio.sleep(0.5)
     raise SkydError(f"pod {t.pod} in {t.url()} did not start within {WAIT_S:g}s: {last}",
@@ -219,7 +234,6 @@ async def _deploy(t: KubeTarget, *, bin_path: Path | None, image: str | None, up
         status, have = await api("GET", f"{base}/{t.name}")
         deadline = time.monotonic() + WAIT_S
         tr = KubeTransport(await api.ctx.exec_conn(), str(ns), t.pod, CONTAINER)
-        roll = False
         if status == 404:
             await api.ok("POST", base, want)
             out.append(f"created statefulset {t.name} in {t.url()}")
@@ -230,29 +244,28 @@ async def _deploy(t: KubeTarget, *, bin_path: Path | None, image: str | None, up
                 raise SkydError(f"another skyd build or image runs in {t.url()} (statefulset "
                                 f"{t.name})", hint="pass --upgrade to replace it (its state, "
                                                    "jobs and services are kept)")
-            roll = True
-        await _wait_pod(api, t, None, deadline)
+            want["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")
+            await api.ok("PUT", f"{base}/{t.name}", want)
+            out.append(f"rolled statefulset {t.name} in {t.url()} to the new "
+                       + ("build" if sha else f"image {image}"))
+        else:
+            out.append(f"statefulset {t.name} in {t.url()} is up to date")
+        await _wait_pod(api, t, want["spec"]["template"], deadline)
         if sha is not None and bin_path is not None:
             r = await tr.run('sha256sum "$SKYD_BIN" 2>/dev/null | cut -d" " -f1', timeout=60,
                              idempotent=True)
-            if r.stdout.strip() == sha:
-                out.append(f"skyd in {t.url()} is up to date ({HOME_MOUNT}/bin/skyd)")
-            else:
+            if r.stdout.strip() != sha:
+                # the pod's container waits for this file, then runs it
                 data = await asyncio.to_thread(bin_path.read_bytes)
                 await tr.run('umask 077 && mkdir -p "$(dirname "$SKYD_BIN")" && '
                              'cat > "$SKYD_BIN.new" && chmod 700 "$SKYD_BIN.new" && '
                              'mv -f "$SKYD_BIN.new" "$SKYD_BIN"', input=data, check=True,
                              timeout=600)
                 out.append(f"copied {bin_path.name} ({len(data) // (1 << 20)} MiB) to "
-                           f"{HOME_MOUNT}/bin/skyd on the volume {t.name}-home")
-        elif not roll and status == 200:
-            out.append(f"statefulset {t.name} in {t.url()} is up to date")
-        if roll:
-            want["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")
-            await api.ok("PUT", f"{base}/{t.name}", want)
-            out.append(f"rolled statefulset {t.name} in {t.url()} to the new "
-                       + ("build" if sha else f"image {image}"))
-            await _wait_pod(api, t, sha, deadline)
+                           f"{binary_path(sha)} on the volume {t.name}-home")
+            # older builds on the volume: no pod of the current template runs them
+            await tr.run('for f in "$(dirname "$SKYD_BIN")"/skyd-*; do '
+                         '[ "$f" = "$SKYD_BIN" ] || rm -f "$f"; done', timeout=60)
         tr = KubeTransport(await api.ctx.exec_conn(), str(ns), t.pod, CONTAINER)
         while True:  # the daemon answers in the pod
             r = await tr.run('"$SKYD_BIN" daemon status -o json', timeout=60)

@@ -652,10 +652,13 @@ class FakeKube:
         body["metadata"].update(namespace=ns, uid=cur["metadata"]["uid"], resourceVersion=self._next_rv(),
                                 generation=cur["metadata"]["generation"] + int(changed))
         self.statefulsets[(ns, name)] = body
-        if changed:  # RollingUpdate: each pod is replaced by one from the new template
+        if changed:  # RollingUpdate: each pod is replaced by one from the new template, but
+            # a pod that never became Running and Ready stays as it is, and the rollout waits
+            # (Kubernetes docs, StatefulSet "Forced rollback": delete such pods yourself)
             for i in range(int(cur["spec"].get("replicas", 1))):
-                p = self.pods.pop((ns, f"{name}-{i}"), None)
-                if p is not None:
+                p = self.pods.get((ns, f"{name}-{i}"))
+                if p is not None and p["status"].get("phase") == "Running":
+                    del self.pods[(ns, f"{name}-{i}")]
                     await self._kill_pod(p)
         await self._reconcile(ns, name)
         return web.json_response(body)
