@@ -354,3 +354,19 @@ def test_image_with_skyd_on_its_path(kube: Kube) -> None:
     finally:
         kube.fake.image_env = saved
         kube.fake.bad_images = set()
+
+
+def test_k8s_url_forms() -> None:
+    """The forms kubectl users expect, and a context name with '/' (EKS ARNs) as %2F."""
+    from skyd.sdk.kubehost import KubeTarget, parse_k8s
+
+    arn = "arn:aws:eks:us-west-2:123456789012:cluster/prod"
+    cases = {"k8s://": KubeTarget(None, None), "k8s:///team": KubeTarget(None, "team"),
+             "k8s://Lab_Ctx": KubeTarget("Lab_Ctx", None),
+             "k8s://lab/team": KubeTarget("lab", "team"),
+             "k8s://lab/team?name=skyd2": KubeTarget("lab", "team", "skyd2"),
+             "k8s://arn:aws:eks:us-west-2:123456789012:cluster%2Fprod/ml": KubeTarget(arn, "ml")}
+    for url, want in cases.items():
+        got = parse_k8s(url)
+        assert got == want, url
+        assert parse_k8s(got.url()) == got, got.url()
