@@ -65,6 +65,10 @@ async def check_launch(payload: dict[str, Any]) -> None:
     bounds.check(payload.get("idle_minutes"), "idle_minutes")
     for key in ("dryrun", "detach_run", "down", "no_setup", "retry_until_up"):
         _flag(payload, key)
+    _string(payload, "plan_id")  # the plan a dry run showed (skyd.pipeline.plancache)
+    if len(str(payload.get("plan_id") or "")) > 64:
+        raise InvalidSpecError("plan_id is too long (a dry run's plan_id is 16 characters)",
+                               field="plan_id", hint="send the plan_id a dry run returned")
     if payload.get("minimize", "cost") not in ("cost", "time"):
         raise InvalidSpecError(f"minimize must be 'cost' or 'time', got {payload['minimize']!r}",
                                field="minimize")
