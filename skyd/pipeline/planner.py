@@ -22,6 +22,7 @@ from skyd.pipeline.placement import Placement, Resolved, cpu_demand, placements_
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
 if TYPE_CHECKING:
+    from skyd.models.resources import Resources
     from skyd.models.task import Task
 
 __all__ = ["Block", "Choice", "Placement", "Planned", "RankedChoices", "plan_dag", "plan_task",
@@ -45,7 +46,7 @@ def _num(s: str | None) -> tuple[float | None, bool]:
     return float(s.rstrip("+x")), plus
 
 
-def to_request(task: Any) -> TaskRequest:
+def to_request(task: Task) -> TaskRequest:
     cands = []
     for r in task.resources:
         acc = r.accelerator
@@ -85,7 +86,7 @@ def to_request(task: Any) -> TaskRequest:
     )
 
 
-def _pins(tasks: list[Any]) -> set[str]:
+def _pins(tasks: list[Task]) -> set[str]:
     return {r.cloud for t in tasks for r in t.resources if r.cloud}
 
 
@@ -130,7 +131,7 @@ def catalog_at(catalog_dir: str | None) -> Any:
     return load_catalog(catalog_dir or None)
 
 
-def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | None = None,
+def _catalog_for(tasks: list[Task], *, launchable_only: bool, catalog_dir: str | None = None,
                  ok_clouds: set[str] | None = None) -> Any:
     """`ok_clouds`: the providers whose (cached) check passed (skyd.pipeline.cloudcheck);
     None: check them now."""
@@ -138,7 +139,7 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | 
                                     catalog_dir=catalog_dir, ok_clouds=ok_clouds)[0]
 
 
-def _catalog_and_fingerprint(tasks: list[Any], *, launchable_only: bool,
+def _catalog_and_fingerprint(tasks: list[Task], *, launchable_only: bool,
                              catalog_dir: str | None = None,
                              ok_clouds: set[str] | None = None) -> tuple[Any, str]:
     """The catalog a plan is solved over, and its fingerprint (skyd.pipeline.plancache)."""
@@ -172,7 +173,7 @@ def _catalog_and_fingerprint(tasks: list[Any], *, launchable_only: bool,
     return out, plancache.fingerprint(out, base, extra)
 
 
-def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
+def _capacity_blocks(tasks: list[Task]) -> tuple[list[Block], list[str]]:
     """Infras that can never hold a task's num_nodes (e.g. `local`: what this machine can
     run) are blocked for the plan; the reasons name them."""
     blocks: list[Block] = []
@@ -202,7 +203,7 @@ def _check_now(cloud: Any) -> bool:
     return _check_result(cloud)[0]
 
 
-def check_capacity(task: Any) -> None:
+def check_capacity(task: Task) -> None:
     """Cheap submit-time form of the plan-time check: when no infra this task may use
     (its pinned infra, else every enabled one) can ever hold num_nodes, InvalidSpecError.
     Infras that do not know their limit (None) pass; the plan decides for them."""
@@ -270,7 +271,7 @@ class Planned:
 
 
 def plan_dag(
-    tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
+    tasks: list[Task], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
     catalog_dir: str | None = None, checks: dict[str, Any] | None = None,
 ) -> Planned:
     """The one planning function of `launch` and `--dryrun` (sync: run it in a thread).
@@ -327,7 +328,7 @@ class RankedChoices(list[Placement]):
         return out
 
 
-async def _add_check_reasons(e: ResourcesUnavailableError, task: Any, ok: set[str],
+async def _add_check_reasons(e: ResourcesUnavailableError, task: Task, ok: set[str],
                              store: Any | None) -> None:
     """A task pinned to providers whose check failed: say why each failed (the check's own
     reason names the fix, e.g. which credentials are missing) in the error's hint."""
@@ -468,7 +469,7 @@ def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
     return Block(cloud=o.cloud, region=o.region, zone=o.zone)
 
 
-def _fitting(task: Any, handle: ClusterHandle) -> tuple[Any, list[str]]:
+def _fitting(task: Task, handle: ClusterHandle) -> tuple[Resources | None, list[str]]:
     """The first resources entry of the task that the cluster serves, and why the others
     do not."""
     reasons = []
@@ -493,7 +494,7 @@ def _fitting(task: Any, handle: ClusterHandle) -> tuple[Any, list[str]]:
     return None, reasons
 
 
-def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None:
+def check_fits(task: Task, handle: ClusterHandle, *, mounts: bool = True) -> None:
     """A task reusing a cluster must fit what the cluster has (any candidate); with
     ``mounts`` (launch, not exec: exec syncs no file mounts) its file mounts too."""
     if task.num_nodes > handle.num_nodes:
@@ -512,7 +513,7 @@ def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None
         )
 
 
-def resources_on(task: Any, handle: ClusterHandle) -> Any:
+def resources_on(task: Task, handle: ClusterHandle) -> Resources | None:
     """The task's resources entry a job on this cluster runs under (its GPUs, CPUs): the
     first that the cluster serves, as the planner chose it (any_of lists several)."""
     entry, _ = _fitting(task, handle)
@@ -532,7 +533,7 @@ def resolved_on(task: Task, handle: ClusterHandle, index: int | None = None) -> 
                          accelerator=next(iter(handle.accelerators), None))
 
 
-def _check_container_binds(task: Any, handle: ClusterHandle) -> None:
+def _check_container_binds(task: Task, handle: ClusterHandle) -> None:
     """An absolute file-mount destination is bound into a node's container when it is made;
     a later launch cannot add one (it would be synced where the container cannot see it)."""
     spec = (handle.nodes[0].extra.get("container") or {}) if handle.nodes else {}
@@ -565,13 +566,13 @@ def _fmt_accs(handle: ClusterHandle) -> str:
     return ", ".join(f"{k}:{_n(v)}" for k, v in handle.accelerators.items()) or "no GPUs"
 
 
-def workdir_path(task: Any) -> str:
+def workdir_path(task: Task) -> str:
     """The local directory synced as the workdir; a git workdir ({url, ref}) is cloned on
     this machine first (skyd.pipeline.gitworkdir; blocking the first time: the launch
     calls it from a worker thread before syncing)."""
     wd = task.workdir
-    if isinstance(wd, str):
-        return wd
+    if wd is None or isinstance(wd, str):
+        return wd or ""
     from skyd.pipeline import gitworkdir
 
-    return str(gitworkdir.checkout(str(wd.url), getattr(wd, "ref", None)))
+    return str(gitworkdir.checkout(str(wd.url), wd.ref))

@@ -12,12 +12,16 @@ API and credentials; the launch checks it before provisioning too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyd.errors import SkydError
 
+if TYPE_CHECKING:
+    from skyd.models.task import Task
+    from skyd.solver.plan import Choice as SolverChoice
 
-def task_refusal(task: Any) -> SkydError | None:
+
+def task_refusal(task: Task) -> SkydError | None:
     """Why the launch refuses the task on any infra (workdir, local sources), or None."""
     from skyd.pipeline.launch import check_local_paths
 
@@ -28,7 +32,7 @@ def task_refusal(task: Any) -> SkydError | None:
     return None
 
 
-def choice_refusal(task: Any, choice: Any) -> SkydError | None:
+def choice_refusal(task: Task, choice: SolverChoice) -> SkydError | None:
     """Why the launch would skip this plan row (a solver choice) for the task: a feature
     the task uses that its infra cannot serve, or None."""
     from skyd.pipeline import provision
