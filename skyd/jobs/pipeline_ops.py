@@ -26,6 +26,7 @@ from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import planner
 from skyd.pipeline.agents import agent, agent_healthy
 from skyd.pipeline.backend import AgentBackend
+from skyd.pipeline.launchctx import LaunchContext
 from skyd.pipeline.locks import cluster_lock
 
 
@@ -217,7 +218,8 @@ class PipelineClusterOps:
 
 
 async def _provision_blocked(
-    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any, pin: Block | None = None,
+    ctx: LaunchContext, task: Any, name: str, blocks: list[Any], provision: Any,
+    pin: Block | None = None,
     catalog_dir: str | None = None,
 ) -> Any:
     """The pipeline's OPTIMIZE+PROVISION, starting from the controller's blocked locations
