@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from skyd.clouds.offering import Offering
+from skyd.models.resources import DEFAULT_DISK_SIZE_GB  # "not asked for": the provider's default
 
 if TYPE_CHECKING:
     from skyd.models.resources import Resources
     from skyd.models.task import Task
-
-DEFAULT_DISK_SIZE_GB = 256  # skyd.models.resources.DEFAULT_DISK_SIZE_GB: "not asked for"
 
 
 @dataclass(frozen=True)
