@@ -86,3 +86,21 @@ def test_a_placement_without_a_usable_index_falls_back_to_its_infra() -> None:
                    vcpus=4.0, memory_gib=8.0, region="local", zone=None, price=0.0, spot_price=None)
     assert Placement(off, False, 0.0, 1, 7).resolved(task).index == 1  # the entry pinned to local
     assert Placement(off, False, 0.0, 1, 0).resolved(task).index == 0  # entry 0: unpinned, fits
+
+
+def test_a_reused_cluster_runs_the_entry_it_has_room_for() -> None:
+    """`exec` (or a launch reusing a cluster) on an any_of task: the first entry asks more
+    CPUs than the nodes have, so it is not the one the cluster was planned for -- the job
+    asks the second entry's CPUs, not a demand no node can meet."""
+    from skyd.clouds.base import ClusterHandle
+    from skyd.pipeline import planner
+
+    task = _task("resources:\n  any_of:\n    - {cpus: 64}\n    - {infra: local, cpus: 1}\nrun: echo\n")
+    handle = ClusterHandle(cluster_name="c", cloud="local", region="local", zone=None,
+                           instance_type="local", use_spot=False, accelerators={}, num_nodes=1,
+                           hourly_cost=0.0, nodes=[], token="t", cpus=2.0, memory_gib=4.0)
+    got = planner.resolved_on(task, handle)
+    assert got.index == 1 and got.cpus == 1.0
+    assert planner.resolved_on(task, handle, index=0).cpus == 64.0  # the recorded entry wins
+    bigger = ClusterHandle(**{**handle.__dict__, "cpus": 96.0})
+    assert planner.resolved_on(task, bigger).index == 0  # room for the first: it is served first

@@ -469,28 +469,30 @@ def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
     return Block(cloud=o.cloud, region=o.region, zone=o.zone)
 
 
+def _mismatch(r: Resources, handle: ClusterHandle) -> str | None:
+    """Why the cluster does not serve this resources entry (infra, region, GPUs, container
+    image), or None when it does."""
+    if r.cloud and r.cloud != handle.cloud:
+        return f"infra {r.cloud} != {handle.cloud}"
+    if r.region and handle.region and r.region != handle.region:
+        return f"region {r.region} != {handle.region}"
+    acc = r.accelerator
+    if acc:
+        have = handle.accelerators.get(acc[0], 0)
+        if have < float(acc[1]):
+            return f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})"
+    return _container_mismatch(r, handle)
+
+
 def _fitting(task: Task, handle: ClusterHandle) -> tuple[Resources | None, list[str]]:
     """The first resources entry of the task that the cluster serves, and why the others
     do not."""
-    reasons = []
+    reasons: list[str] = []
     for r in task.resources:
-        if r.cloud and r.cloud != handle.cloud:
-            reasons.append(f"infra {r.cloud} != {handle.cloud}")
-            continue
-        if r.region and handle.region and r.region != handle.region:
-            reasons.append(f"region {r.region} != {handle.region}")
-            continue
-        acc = r.accelerator
-        if acc:
-            have = handle.accelerators.get(acc[0], 0)
-            if have < float(acc[1]):
-                reasons.append(f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})")
-                continue
-        why = _container_mismatch(r, handle)
-        if why:
-            reasons.append(why)
-            continue
-        return r, reasons
+        why = _mismatch(r, handle)
+        if why is None:
+            return r, reasons
+        reasons.append(why)
     return None, reasons
 
 
@@ -515,11 +517,22 @@ def check_fits(task: Task, handle: ClusterHandle, *, mounts: bool = True) -> Non
 
 def resources_on(task: Task, handle: ClusterHandle) -> Resources | None:
     """The task's resources entry a job on this cluster runs under (its GPUs, CPUs): the
-    first that the cluster serves, as the planner chose it (any_of lists several)."""
-    entry, _ = _fitting(task, handle)
-    if entry is None and task.resources:
-        return task.resources[0]
-    return entry
+    first that the cluster serves and has the CPUs and memory for (any_of lists several:
+    an entry asking more CPUs than the nodes have is not the one the cluster was planned
+    for), else the first it serves."""
+    served = [r for r in task.resources if _mismatch(r, handle) is None]
+    if not served:
+        return task.resources[0] if task.resources else None
+    return next((r for r in served if _has_room(r, handle)), served[0])
+
+
+def _has_room(r: Resources, handle: ClusterHandle) -> bool:
+    """The node's CPUs and memory (when the handle knows them) cover what the entry asks."""
+    cpus, _ = _num(r.cpus)
+    mem, _ = _num(r.memory)
+    return not ((cpus is not None and handle.cpus is not None and cpus > float(handle.cpus))
+                or (mem is not None and handle.memory_gib is not None
+                    and mem > float(handle.memory_gib)))
 
 
 def resolved_on(task: Task, handle: ClusterHandle, index: int | None = None) -> Resolved:
