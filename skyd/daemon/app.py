@@ -309,6 +309,11 @@ def bind_shared_socket(path: Path, gid: int) -> socket.socket:
         os.mkdir(d, 0o750)
     except FileExistsError:
         pass
+    except OSError as e:
+        raise DaemonUnavailableError(
+            f"cannot create the shared socket's directory {d}: {e.strerror}",
+            field="SKYD_SHARED_SOCKET", hint="set SKYD_SHARED_SOCKET to a path in a directory "
+                                              "the daemon's user may create") from None
     st = os.lstat(d)
     if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid():
         raise DaemonUnavailableError(

@@ -1,0 +1,239 @@
+"""One daemon shared by several Unix users of a host (`--shared-group`): each user reaches it
+over their own SSH login (real OpenSSH sshd on 127.0.0.x, one per test user), sees and acts
+on their own clusters, jobs and requests; `--all-users` shows everyone's with a USER column;
+another user's object is refused unless the caller is in the admin group.
+
+Users: ``skydremote`` owns the daemon; ``skydtest`` (alice) and ``skydprobe`` (bob) share it
+through group ``skydshare``; ``skyd-squat`` is in no group (refused at the socket)."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.sshd import RealSSHD, ensure_user, real_sshd, unavailable_reason
+from tests.test_daemon_support import SKYD_BIN
+from tests.test_remote_daemon import SHARED_TMP, _user_dir, _wrapper
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
+    pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client (ssh)"),
+    pytest.mark.skipif(shutil.which("groupadd") is None, reason="needs groupadd (passwd)"),
+    pytest.mark.skipif(not os.path.exists("/usr/bin/python3"),
+                       reason="the host side runs the system /usr/bin/python3"),
+]
+
+OWNER, ALICE, BOB, STRANGER = "skydremote", "skydtest", "skydprobe", "skyd-squat"
+SHARE, ADMINS = "skydshare", "skydadmins"
+
+
+def _group(name: str, members: list[str]) -> None:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        subprocess.run(["groupadd", name], check=True)
+    for m in members:
+        ensure_user(m)
+        subprocess.run(["usermod", "-aG", name, m], check=True)
+
+
+@pytest.fixture(scope="module")
+def groups() -> None:
+    _group(SHARE, [OWNER, ALICE, BOB])
+    _group(ADMINS, [])
+
+
+@dataclass
+class Host:
+    wrapper: Path
+    home: Path  # the daemon's SKYD_HOME (its owner's, private)
+    socket: Path  # the shared socket
+    logins: dict[str, tuple[RealSSHD, dict[str, str]]]
+
+    def daemon(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the host's skyd as the daemon's owner (outside SSH)."""
+        return subprocess.run(
+            ["runuser", "-u", OWNER, "--", "env", f"SKYD_HOME={self.home}",
+             f"SKYD_SHARED_SOCKET={self.socket}", str(self.wrapper), *args],
+            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+    def cli(self, user: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """The real `skyd` CLI on the user's laptop, talking to the shared daemon over the
+        user's own SSH login."""
+        return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True,
+                              timeout=timeout, env=self.logins[user][1], stdin=subprocess.DEVNULL)
+
+    def ok(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        r = self.cli(user, *args)
+        assert r.returncode == 0, (f"{user}: skyd {' '.join(args)} -> {r.returncode}\n"
+                                   f"{r.stdout}\n{r.stderr}\n{self.logs()}")
+        return r
+
+    def json(self, user: str, *args: str) -> Any:
+        return json.loads(self.ok(user, *args, "-o", "json").stdout)
+
+    def logs(self) -> str:
+        p = self.home / "logs" / "daemon.log"
+        return p.read_text(errors="replace")[-3000:] if p.exists() else ""
+
+
+@pytest.fixture
+async def host(groups: None, tmp_path: Path) -> AsyncIterator[Host]:
+    shared = Path(tempfile.mkdtemp(prefix="skyd-mu-", dir=SHARED_TMP))
+    shared.chmod(0o755)
+    home = _user_dir(OWNER, "skyd-muh-")
+    sockets = _user_dir(OWNER, "skyd-mus-")  # the owner's: the daemon makes its socket dir
+    sockets.chmod(0o755)
+    h = Host(_wrapper(shared), home, sockets / "sock" / "skyd.sock", {})
+    async with contextlib.AsyncExitStack() as stack:
+        for i, user in enumerate((ALICE, BOB)):
+            s = await stack.enter_async_context(
+                real_sshd(shared / f"sshd-{user}", host=f"127.0.0.{21 + i}", user=user))
+            url = f"ssh://{user}@{s.host}:{s.port}?socket={h.socket}"
+            env = {**os.environ, "SKYD_HOME": str(tmp_path / f"laptop-{user}"),
+                   "SKYD_CONFIG_DIR": str(tmp_path / f"config-{user}"), "SKYD_HOST": url,
+                   "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                    "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+            env.pop("SKYD_SOCKET", None)
+            h.logins[user] = (s, env)
+        try:
+            yield h
+        finally:
+            h.daemon("daemon", "stop")
+            for _s, env in h.logins.values():
+                from skyd.sdk.remote import close_master, parse_host
+
+                saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SSH_OPTS")}
+                os.environ.update({k: env[k] for k in saved})
+                try:
+                    close_master(parse_host(env["SKYD_HOST"]))
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+    for d in (home, sockets, shared):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _start(h: Host, *flags: str) -> None:
+    r = h.daemon("daemon", "start", "--shared-group", SHARE, *flags)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = h.socket.stat()
+    assert oct(st.st_mode & 0o777) == "0o660" and st.st_gid == grp.getgrnam(SHARE).gr_gid
+    d = h.socket.parent.stat()
+    assert oct(d.st_mode & 0o777) == "0o750" and d.st_uid == pwd.getpwnam(OWNER).pw_uid
+    assert (h.home.stat().st_mode & 0o077) == 0  # SKYD_HOME stays private to the owner
+
+
+def _refused(r: subprocess.CompletedProcess[str], owner: str) -> None:
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert f"belongs to user {owner}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_each_user_sees_and_acts_on_their_own(host: Host) -> None:
+    _start(host)
+    host.ok(ALICE, "launch", "-y", "-c", "mu1", "echo hello-mu")
+    host.ok(ALICE, "jobs", "launch", "-y", "-d", "-n", "mj", "sleep 120")
+    rows = host.json(ALICE, "status")  # her cluster, and her managed job's cluster
+    assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in rows]
+    assert {r["user"] for r in rows} == {ALICE}
+    # Bob sees nothing of Alice's by default; --all-users shows it, with whose it is.
+    assert host.json(BOB, "status") == []
+    assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in host.json(BOB, "status", "-u")]
+    assert "USER" in host.ok(BOB, "status", "--all-users").stdout
+    assert host.json(BOB, "jobs", "queue") == []
+    jobs = host.json(BOB, "jobs", "queue", "-u")
+    assert [(j["name"], j["user"]) for j in jobs] == [("mj", ALICE)]
+    assert host.json(BOB, "requests", "ls") == []
+    assert {r["user"] for r in host.json(BOB, "requests", "ls", "-u")} == {ALICE}
+    # Reading or acting on Alice's objects is refused, and changes nothing.
+    _refused(host.cli(BOB, "queue", "mu1"), ALICE)
+    _refused(host.cli(BOB, "logs", "mu1", "1"), ALICE)
+    _refused(host.cli(BOB, "down", "-y", "mu1"), ALICE)
+    _refused(host.cli(BOB, "exec", "mu1", "echo intruder"), ALICE)
+    job_id = str(jobs[0]["id"])
+    _refused(host.cli(BOB, "jobs", "cancel", "-y", job_id), ALICE)
+    rid = host.json(BOB, "requests", "ls", "-u")[0]["id"]
+    _refused(host.cli(BOB, "requests", "cancel", rid), ALICE)
+    r = host.cli(BOB, "down", "-y", "-a")  # "all" is all of Bob's: none
+    assert r.returncode != 0 and "no clusters" in r.stderr, r.stderr
+    assert {r["name"]: r["status"] for r in host.json(ALICE, "status")}["mu1"] == "UP"
+    assert [j["status"] for j in host.json(ALICE, "jobs", "queue")][0] not in ("CANCELLED",
+                                                                               "CANCELLING")
+    # A user outside the group cannot even connect to the shared socket.
+    ensure_user(STRANGER)
+    r = subprocess.run(["runuser", "-u", STRANGER, "--", "/usr/bin/python3", "-c",
+                        "import socket,sys; s=socket.socket(socket.AF_UNIX);"
+                        f"s.connect({str(host.socket)!r})"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "PermissionError" in r.stderr
+    # Alice acts on her own.
+    host.ok(ALICE, "jobs", "cancel", "-y", job_id)
+    host.ok(ALICE, "down", "-y", "mu1")
+
+
+async def test_the_admin_group_may_act_on_every_users_objects(host: Host) -> None:
+    subprocess.run(["usermod", "-aG", ADMINS, BOB], check=True)
+    try:
+        _start(host, "--admin-group", ADMINS)
+        host.ok(ALICE, "launch", "-y", "-c", "mu2", "echo hi")
+        host.ok(BOB, "queue", "mu2")  # an admin may read it
+        host.ok(BOB, "down", "-y", "mu2")
+        assert host.json(ALICE, "status") == []
+    finally:
+        subprocess.run(["gpasswd", "-d", BOB, ADMINS], check=False, capture_output=True)
+
+
+def test_an_older_database_upgrades_with_rows_owned_by_the_daemon_user(tmp_path: Path) -> None:
+    """Schema v7 adds the owner columns; rows from before belong to the daemon's user."""
+    import anyio
+
+    from skyd.daemon import schema
+    from skyd.daemon.owners import daemon_user
+    from skyd.daemon.store import Store
+
+    db = tmp_path / "state.db"
+
+    async def old() -> None:
+        s = Store(db)
+        saved = schema.MIGRATIONS[:]
+        schema.MIGRATIONS[:] = saved[:6]
+        try:
+            await s.open()
+            await s.execute("INSERT INTO clusters (name, status) VALUES ('old', 'UP')")
+            await s.execute("INSERT INTO requests (id, verb, status, created_at) "
+                            "VALUES ('abcd1234', 'launch', 'SUCCEEDED', 0)")
+        finally:
+            schema.MIGRATIONS[:] = saved
+            await s.close()
+
+    async def new() -> None:
+        s = Store(db)
+        await s.open()
+        await s.close()
+
+    anyio.run(old)
+    with sqlite3.connect(db) as c:
+        assert "user" not in {r[1] for r in c.execute("PRAGMA table_info(clusters)")}
+    anyio.run(new)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT user FROM clusters").fetchall() == [(daemon_user(),)]
+        assert c.execute("SELECT user FROM requests").fetchall() == [(daemon_user(),)]
+        assert "user" in {r[1] for r in c.execute("PRAGMA table_info(job_pools)")}
