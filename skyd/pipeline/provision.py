@@ -37,6 +37,7 @@ from skyd.clouds.base import (
     registered_clouds,
     requested_features,
 )
+from skyd.daemon.owners import current_user
 from skyd.errors import (
     CredentialsError,
     FailoverScope,
@@ -117,6 +118,7 @@ def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
         token=token or secrets.token_urlsafe(24),
         tag=tag,
         container=container,
+        user=current_user(),
     )
 
 
