@@ -16,6 +16,7 @@ import pwd
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -147,9 +148,14 @@ def _refused(r: subprocess.CompletedProcess[str], owner: str) -> None:
     assert "Traceback" not in r.stderr
 
 
-async def test_each_user_sees_and_acts_on_their_own(host: Host) -> None:
+async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) -> None:
     _start(host)
-    host.ok(ALICE, "launch", "-y", "-c", "mu1", "echo hello-mu")
+    # `--workdir DIR` on the command line travels like a YAML's workdir (uploaded).
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "marker.txt").write_text("from-alices-laptop\n")
+    r = host.ok(ALICE, "launch", "-y", "-c", "mu1", "--workdir", str(wd), "cat marker.txt")
+    assert "from-alices-laptop" in r.stdout + r.stderr
     host.ok(ALICE, "jobs", "launch", "-y", "-d", "-n", "mj", "sleep 120")
     rows = host.json(ALICE, "status")  # her cluster, and her managed job's cluster
     assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in rows]
@@ -184,6 +190,16 @@ async def test_each_user_sees_and_acts_on_their_own(host: Host) -> None:
                         f"s.connect({str(host.socket)!r})"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "PermissionError" in r.stderr
+    # Bob may not name a path of the host (the daemon's user could read it): only uploads.
+    probe = ("import sys\nfrom skyd.cli.client import get_client\nfrom skyd.errors import "
+             "SkydError\ntry:\n    get_client().request('POST', '/v1/requests/launch', "
+             "{'command': 'ls', 'cluster_name': 'steal', 'base_dir': '/', "
+             f"'overrides': {{'workdir': {str(host.home)!r}}}}})\n"
+             "except SkydError as e:\n    print('REFUSED', e)\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=60, env=host.logins[BOB][1], stdin=subprocess.DEVNULL)
+    assert "REFUSED" in r.stdout and "only as uploads" in r.stdout, r.stdout + r.stderr
+    assert "steal" not in [c["name"] for c in host.json(BOB, "status", "-u")]
     # Alice acts on her own.
     host.ok(ALICE, "jobs", "cancel", "-y", job_id)
     host.ok(ALICE, "down", "-y", "mu1")
