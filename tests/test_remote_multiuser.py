@@ -217,6 +217,49 @@ async def test_the_admin_group_may_act_on_every_users_objects(host: Host) -> Non
         subprocess.run(["gpasswd", "-d", BOB, ADMINS], check=False, capture_output=True)
 
 
+async def test_deploy_shares_the_daemon_and_prints_the_members_line(host: Host,
+                                                                    tmp_path: Path) -> None:
+    """`skyd daemon deploy --shared-group G` starts the host daemon shared with G and prints
+    the SKYD_HOST line (with the shared socket) a member uses over their own login."""
+    bindir = _user_dir(OWNER, "skyd-mub-")
+    try:
+        async with real_sshd(host.wrapper.parent / "sshd-owner", host="127.0.0.23",
+                             user=OWNER) as s:
+            env = {**os.environ, "SKYD_HOME": str(tmp_path / "laptop-owner"),
+                   "SKYD_CONFIG_DIR": str(tmp_path / "config-owner"),
+                   "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                    "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+            env.pop("SKYD_SOCKET", None)
+            env.pop("SKYD_HOST", None)
+            url = f"ssh://{OWNER}@{s.host}:{s.port}?bin={bindir}/skyd"
+            r = subprocess.run([str(SKYD_BIN), "daemon", "deploy", url, "--remote-home",
+                                str(host.home), "--binary", str(host.wrapper),
+                                "--shared-group", SHARE], capture_output=True, text=True,
+                               timeout=180, env=env, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0, r.stdout + r.stderr
+            line = next(ln for ln in r.stderr.splitlines() if f"group {SHARE}" in ln)
+            member = line.split("export SKYD_HOST=", 1)[1]
+            assert member.startswith("ssh://THEIR_USER@") and "socket=" in member
+            sock = member.split("socket=", 1)[1]
+            uid = pwd.getpwnam(OWNER).pw_uid
+            assert sock == f"/var/tmp/skyd-shared-{uid}/skyd.sock"
+            st = os.stat(sock)
+            assert oct(st.st_mode & 0o777) == "0o660" and st.st_gid == grp.getgrnam(SHARE).gr_gid
+            # Alice, over her own login, reaches it with that socket.
+            alice = host.logins[ALICE]
+            host.logins[ALICE] = (alice[0], {**alice[1], "SKYD_HOST":
+                                             f"ssh://{ALICE}@{alice[0].host}:{alice[0].port}"
+                                             f"?socket={sock}"})
+            assert host.json(ALICE, "status") == []
+            # A member never starts the daemon: once it is stopped, the error names the socket.
+            host.daemon("daemon", "stop")
+            r = host.cli(ALICE, "status")
+            assert r.returncode != 0 and sock in r.stderr, r.stderr
+    finally:
+        host.daemon("daemon", "stop")
+        shutil.rmtree(bindir, ignore_errors=True)
+
+
 def test_an_older_database_upgrades_with_rows_owned_by_the_daemon_user(tmp_path: Path) -> None:
     """Schema v7 adds the owner columns; rows from before belong to the daemon's user."""
     import anyio
