@@ -140,6 +140,7 @@ def _start(h: Host, *flags: str) -> None:
     d = h.socket.parent.stat()
     assert oct(d.st_mode & 0o777) == "0o750" and d.st_uid == pwd.getpwnam(OWNER).pw_uid
     assert (h.home.stat().st_mode & 0o077) == 0  # SKYD_HOME stays private to the owner
+    assert f"shared {h.socket}" in h.daemon("daemon", "status").stdout
 
 
 def _refused(r: subprocess.CompletedProcess[str], owner: str) -> None:

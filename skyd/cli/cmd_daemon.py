@@ -117,7 +117,8 @@ def run_status(args: argparse.Namespace) -> int:
             with Client(autostart=False, timeout=5) as c:
                 h = c.get("/v1/health")
             info.update(running=True, pid=h["pid"], version=h["version"], uptime_s=h["uptime_s"],
-                        requests_in_flight=h["requests_in_flight"])
+                        requests_in_flight=h["requests_in_flight"],
+                        shared_socket=h.get("shared_socket"))
         except DaemonUnavailableError as e:
             info["error"] = str(e)
     if args.output == "json":
@@ -128,7 +129,9 @@ def run_status(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"skyd daemon running: pid {info['pid']}, up {info['uptime_s']}s, "
             f"{info['requests_in_flight']} request(s) in flight\n"
-            f"socket {info['socket']}\nlog    {info['log']}\n")
+            f"socket {info['socket']}\nlog    {info['log']}\n"
+            + (f"shared {info['shared_socket']} (group members: SKYD_HOST=ssh://USER@HOST"
+               f"?socket={info['shared_socket']})\n" if info.get("shared_socket") else ""))
     else:
         sys.stdout.write(f"skyd daemon is not running (socket {info['socket']})\n")
     return 0 if info["running"] else 3

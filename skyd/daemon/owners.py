@@ -208,6 +208,7 @@ MUTATIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "serve.down": ("service", ("names",), True),
     "jobs.pool_apply": ("pool", ("name",), False),
     "jobs.pool_down": ("pool", ("names",), True),
+    "jobs.launch": ("pool", ("pool",), False),  # submitting to another user's worker pool
 }
 _ALL_KEY = {"cluster": "clusters", "job": "ids", "service": "names", "pool": "names"}
 
