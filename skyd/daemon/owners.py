@@ -14,11 +14,13 @@ caller is an admin.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import grp
 import os
 import pwd
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,20 @@ class Caller:
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("skyd_caller", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(user: str | None) -> Iterator[None]:
+    """Work started inside (tasks spawned here copy it) makes rows owned by ``user``: a
+    controller a restarted daemon resumes keeps creating its submitter's clusters."""
+    if not user:
+        yield
+        return
+    token = CALLER.set(Caller(-1, user, False))
+    try:
+        yield
+    finally:
+        CALLER.reset(token)
 
 
 def user_name(uid: int) -> str:
@@ -134,6 +150,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "service": ("services", "name", "service"),
     "pool": ("job_pools", "name", "worker pool"),
     "request": ("requests", "id", "request"),
+    "bucket": ("storage_buckets", "name", "bucket"),
 }
 
 
@@ -209,8 +226,10 @@ MUTATIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "jobs.pool_apply": ("pool", ("name",), False),
     "jobs.pool_down": ("pool", ("names",), True),
     "jobs.launch": ("pool", ("pool",), False),  # submitting to another user's worker pool
+    "storage.delete": ("bucket", ("names",), True),
 }
-_ALL_KEY = {"cluster": "clusters", "job": "ids", "service": "names", "pool": "names"}
+_ALL_KEY = {"cluster": "clusters", "job": "ids", "service": "names", "pool": "names",
+            "bucket": "names"}
 
 
 async def check_mutation(store: Any, caller: Caller | None, verb: str,
@@ -257,6 +276,7 @@ LISTINGS: dict[str, tuple[str, str]] = {
     "/v1/jobs": ("job", "id"),
     "/v1/services": ("service", "name"),
     "/v1/pools": ("pool", "name"),
+    "/v1/storage": ("bucket", "name"),
 }
 # route path -> (kind, the route's match_info key)
 NAMED: dict[str, tuple[str, str]] = {
