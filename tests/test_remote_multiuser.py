@@ -368,3 +368,22 @@ def test_work_resumed_by_the_daemon_keeps_its_submitters_ownership() -> None:
     with acting_as(None):  # a row from before ownership: the daemon's user
         assert current_user() == daemon_user()
     assert current_user() == daemon_user()
+
+
+@needs_hosts
+def test_who_may_connect_and_who_is_an_admin(groups: None) -> None:
+    from skyd.daemon.owners import Access
+    from skyd.daemon.server import peer_allowed
+
+    ensure_user(STRANGER)
+    uid = {u: pwd.getpwnam(u).pw_uid for u in (ALICE, BOB, STRANGER)}
+    private = Access(shared_group="", admin_group="")
+    assert private.caller(uid[ALICE]) is None  # not shared: only the daemon's own user
+    assert not peer_allowed(uid[ALICE], os.getuid(), private)
+    shared = Access(shared_group=SHARE, admin_group=ADMINS)
+    alice = shared.caller(uid[ALICE])
+    assert alice is not None and (alice.name, alice.admin) == (ALICE, False)
+    assert shared.caller(uid[STRANGER]) is None
+    assert not peer_allowed(uid[STRANGER], os.getuid(), shared)
+    me = shared.caller(os.getuid())
+    assert me is not None and me.admin  # the daemon's own user

@@ -3,8 +3,8 @@
 The daemon learns a caller's uid from the socket (SO_PEERCRED), never from the request
 body. Who may connect: the daemon's own user and, when the daemon is *shared*
 (``SKYD_SHARED_GROUP``: ``skyd daemon start --shared-group G``), every member of Unix group
-G. Who is an *admin* (acts on every user's objects): the daemon's own user, root, and the
-members of ``SKYD_ADMIN_GROUP``.
+G. Who is an *admin* (acts on every user's objects): the daemon's own user and the members
+of ``SKYD_ADMIN_GROUP`` (root is a user like any other here).
 
 Every request, cluster, managed job, service and pool row records the user name that made
 it (column ``user``). Listings show the caller's own rows unless ``all_users=1``; a read of
@@ -130,15 +130,14 @@ class Access:
         if hit is not None and now - hit[0] < _TTL_S:
             return hit[1]
         c: Caller | None
-        if uid == self.uid or uid == 0:
+        if uid == self.uid:
             c = Caller(uid, user_name(uid), True)
         elif self.shared_gid is not None and _in_group(uid, self.shared_gid):
             admin = self.admin_gid is not None and _in_group(uid, self.admin_gid)
             c = Caller(uid, user_name(uid), admin)
         else:
             c = None
-        if uid != 0 or c is None:
-            self._cache[uid] = (now, c)
+        self._cache[uid] = (now, c)
         return c
 
 
