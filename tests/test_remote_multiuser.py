@@ -342,13 +342,23 @@ async def test_every_mutation_of_another_users_object_is_refused(tmp_path: Path)
             assert await owners.check_mutation(store, admin, verb, payload) == payload
         with pytest.raises(owners.NotYoursError):  # a managed job named, not numbered
             await owners.check_mutation(store, bob, "jobs.cancel", {"name": "mj"})
-        out = await owners.check_mutation(store, alice, "down", {"clusters": [], "all": True})
-        assert out["clusters"] == ["c1"] and out["all"] is False
         from skyd.errors import NotFoundError
 
         with pytest.raises(NotFoundError, match="bob has no clusters"):
             await owners.check_mutation(store, bob, "down", {"clusters": [], "all": True})
-        assert (await owners.check_mutation(store, alice, "jobs.cancel", {"all": True}))["ids"] == [7]
+        # -a of one user's daemon (every row theirs) is unchanged; -a -u is an admin's only.
+        all_down = {"clusters": [], "all": True}
+        assert await owners.check_mutation(store, alice, "down", all_down) == all_down
+        await store.execute("INSERT INTO clusters (name, status, user) VALUES ('c2', 'UP', 'bob')")
+        with pytest.raises(NotFoundError, match="carol has no clusters"):  # an admin's -a: own
+            await owners.check_mutation(store, admin, "down", all_down)
+        assert await owners.check_mutation(store, admin, "down",
+                                           {**all_down, "all_users": True}) == all_down
+        with pytest.raises(owners.NotYoursError, match="every user's"):
+            await owners.check_mutation(store, bob, "down", {**all_down, "all_users": True})
+        assert (await owners.check_mutation(store, bob, "down", all_down))["clusters"] == ["c2"]
+        out = await owners.check_mutation(store, alice, "stop", all_down)
+        assert out == {"clusters": ["c1"], "all": False}  # all of hers, not Bob's c2
         # Listings: only the caller's own, or everyone's with all_users, each with its user.
         rows = [{"name": "c1"}]
         assert await owners.filter_listing(store, bob, "/v1/status", rows, False) == []

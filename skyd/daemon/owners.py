@@ -193,11 +193,6 @@ async def check_owned(store: Any, caller: Caller | None, kind: str, keys: list[A
                                  "the daemon's admin group may act on every user's")
 
 
-async def mine(store: Any, caller: Caller, kind: str) -> list[Any]:
-    """Keys of the caller's own objects of ``kind``."""
-    return [k for k, u in (await owners_of(store, kind)).items() if _mine(u, caller)]
-
-
 # -- mutations: which objects a verb's payload touches -----------------------------------
 def _names(payload: dict[str, Any], *keys: str) -> list[Any]:
     out: list[Any] = []
@@ -235,18 +230,31 @@ async def check_mutation(store: Any, caller: Caller | None, verb: str,
                          payload: dict[str, Any]) -> dict[str, Any]:
     """Refuse a mutation of another user's object; the payload to run (``all`` of a
     non-admin becomes the list of the caller's own objects)."""
+    payload = dict(payload)
+    everyone = payload.pop("all_users", None) is True  # -a -u
     spec = MUTATIONS.get(verb)
-    if spec is None or caller is None or caller.admin:
+    if spec is None or caller is None:
         return payload
     kind, keys, has_all = spec
     if has_all and payload.get("all") is True and not _names(payload, *keys):
-        own = await mine(store, caller, kind)
+        owners = await owners_of(store, kind)
+        if all(_mine(u, caller) for u in owners.values()):
+            return payload  # nobody else's (one user's daemon): `all` as it always was
+        if everyone and not caller.admin:
+            raise NotYoursError(f"{caller.name} may not act on every user's {KINDS[kind][2]}s",
+                                field="all_users", hint="leave out -u (-a is all of yours), "
+                                                        "or ask a member of the admin group")
+        if everyone:
+            return payload
+        own = [k for k, u in owners.items() if _mine(u, caller)]
         if kind == "job":
             own = await _active_jobs(store, own)
         if not own:
             raise NotFoundError(f"{caller.name} has no {KINDS[kind][2]}s here",
                                 field="all", hint="--all-users lists every user's")
         return {**payload, "all": False, _ALL_KEY[kind]: own}
+    if caller.admin:
+        return payload
     named = _names(payload, *keys)
     if kind == "job" and payload.get("name"):
         rows = await store.fetchall("SELECT id FROM managed_jobs WHERE name = ?",

@@ -300,7 +300,10 @@ def run_cancel(args: argparse.Namespace) -> int:
     if not args.ids and not args.name and not args.all:
         raise InvalidSpecError("say which jobs to cancel", hint="skyd jobs cancel ID | -n NAME | -a")
     client = get_client()
-    rid = client.submit("jobs.cancel", {"ids": args.ids, "name": args.name, "all": args.all})
+    body = {"ids": args.ids, "name": args.name, "all": args.all}
+    if getattr(args, "all_users", None):  # -a -u: every user's (an admin of a shared daemon)
+        body["all_users"] = True
+    rid = client.submit("jobs.cancel", body)
     moved = _wait(client, rid).get("cancelled") or []
     if moved:
         sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n")
