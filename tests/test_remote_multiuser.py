@@ -397,3 +397,43 @@ def test_who_may_connect_and_who_is_an_admin(groups: None) -> None:
     assert not peer_allowed(uid[STRANGER], os.getuid(), shared)
     me = shared.caller(os.getuid())
     assert me is not None and me.admin  # the daemon's own user
+
+
+@needs_hosts
+async def test_a_member_whose_sshd_refuses_socket_forwards_relays_with_dial_stdio(
+        host: Host, tmp_path: Path) -> None:
+    """Where the host's sshd refuses Unix-socket forwards, each connection runs
+    `skyd daemon dial-stdio` as the member with SKYD_SOCKET set to the shared socket: it
+    relays to the shared daemon and never starts one of the member's own."""
+    _start(host)
+    async with real_sshd(host.wrapper.parent / "sshd-stdio", host="127.0.0.24", user=ALICE,
+                         allow_stream_local_forwarding=False) as s:
+        env = {**host.logins[ALICE][1],
+               "SKYD_HOST": f"ssh://{ALICE}@{s.host}:{s.port}?socket={host.socket}"
+                            f"&bin={host.wrapper}",
+               "SKYD_HOME": str(tmp_path / "laptop-stdio"),
+               "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+        host.logins["stdio"] = (s, env)
+        host.ok("stdio", "launch", "-y", "-c", "mu3", "echo via-stdio")
+        rows = host.json("stdio", "status")
+        assert [(r["name"], r["user"]) for r in rows] == [("mu3", ALICE)]
+        from skyd.sdk import remote as rm
+
+        saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SSH_OPTS")}
+        os.environ.update({k: env[k] for k in saved})
+        try:
+            assert rm.forward_path(rm.parse_host(env["SKYD_HOST"])).with_suffix(
+                ".refused").exists()  # it went through dial-stdio
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        host.ok("stdio", "down", "-y", "mu3")
+        # The shared daemon stopped: the member's dial-stdio names it and starts nothing.
+        host.daemon("daemon", "stop")
+        r = host.cli("stdio", "status")
+        assert r.returncode != 0 and "no shared skyd daemon" in r.stdout + r.stderr, r.stderr
+        assert not (Path(pwd.getpwnam(ALICE).pw_dir) / ".local/share/skyd/state.db").exists()

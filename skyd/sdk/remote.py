@@ -470,8 +470,8 @@ def dial_stdio(print_socket: bool = False) -> int:
     sp = str(paths.socket_path())
     if os.environ.get("SKYD_SHARED_DIAL"):  # another user's shared daemon: never start one
         if not _answers(sp):
-            os.write(2, f"error: no shared skyd daemon answers on {sp}\nhint: its owner "
-                        f"starts it (skyd daemon start --shared-group GROUP)\n".encode())
+            os.write(2, f"no shared skyd daemon answers on {sp} (its owner starts it: "
+                        f"skyd daemon start --shared-group GROUP)\n".encode())
             return 1
     else:
         ensure_daemon(sp)
