@@ -165,6 +165,13 @@ async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) 
     assert host.json(BOB, "status") == []
     assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in host.json(BOB, "status", "-u")]
     assert "USER" in host.ok(BOB, "status", "--all-users").stdout
+    sdk = ("import skyd.sdk as s\nfrom skyd.sdk import verbs as v\n"
+           "print(len(s.status()), {r['user'] for r in s.status(all_users=True)}, "
+           "len(v.jobs_queue()), len(v.jobs_queue(all_users=True)), len(s.requests_ls()), "
+           "{r['user'] for r in s.requests_ls(all_users=True)})")
+    r = subprocess.run([sys.executable, "-c", sdk], capture_output=True, text=True, timeout=60,
+                       env=host.logins[BOB][1], stdin=subprocess.DEVNULL)
+    assert r.stdout.split("\n")[0] == f"0 {{'{ALICE}'}} 0 1 0 {{'{ALICE}'}}", r.stdout + r.stderr
     assert host.json(BOB, "jobs", "queue") == []
     jobs = host.json(BOB, "jobs", "queue", "-u")
     assert [(j["name"], j["user"]) for j in jobs] == [("mj", ALICE)]
