@@ -268,6 +268,7 @@ async def test_deploy_shares_the_daemon_and_prints_the_members_line(host: Host,
     finally:
         host.daemon("daemon", "stop")
         shutil.rmtree(bindir, ignore_errors=True)
+        shutil.rmtree(f"/var/tmp/skyd-shared-{pwd.getpwnam(OWNER).pw_uid}", ignore_errors=True)
 
 
 def test_an_older_database_upgrades_with_rows_owned_by_the_daemon_user(tmp_path: Path) -> None:
