@@ -155,8 +155,10 @@ async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) 
     wd = tmp_path / "wd"
     wd.mkdir()
     (wd / "marker.txt").write_text("from-alices-laptop\n")
-    r = host.ok(ALICE, "launch", "-y", "-c", "mu1", "--workdir", str(wd), "cat marker.txt")
+    r = host.ok(ALICE, "launch", "-y", "-c", "mu1", "--workdir", str(wd),
+                "cat marker.txt; echo user=$SKYPILOT_USER")
     assert "from-alices-laptop" in r.stdout + r.stderr
+    assert f"user={ALICE}" in r.stdout + r.stderr  # the job knows who submitted it
     host.ok(ALICE, "jobs", "launch", "-y", "-d", "-n", "mj", "sleep 120")
     rows = host.json(ALICE, "status")  # her cluster, and her managed job's cluster
     assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in rows]

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from skyd.clouds.base import ClusterHandle, LogFn, Provisioner, ProvisionRequest
+from skyd.daemon.owners import CALLER
 from skyd.errors import InvalidSpecError
 from skyd.pipeline.agents import agent
 
@@ -115,7 +116,8 @@ class AgentBackend(Backend):
             nodes.append({"rank": node.rank, "address": f"{host}:{port}", "internal_ip": node.internal_ip})
         spec["nodes"] = nodes
         spec.setdefault("num_nodes", len(handle.nodes))
-        spec.setdefault("username", getpass.getuser())
+        caller = CALLER.get()  # a shared daemon's caller: the job's SKYPILOT_USER
+        spec.setdefault("username", caller.name if caller is not None else getpass.getuser())
         spec.setdefault(
             "cluster_info",
             json.dumps(
