@@ -51,6 +51,17 @@ def socket_path() -> Path:
     return home() / "run" / "skyd.sock"
 
 
+def shared_socket_path() -> Path:
+    """A shared daemon's second socket (``SKYD_SHARED_GROUP``), where the group's members
+    reach it: ``SKYD_SHARED_SOCKET``, else ``/var/tmp/skyd-shared-<uid>/skyd.sock`` (a
+    directory of its own: SKYD_HOME stays private)."""
+    env = os.environ.get("SKYD_SHARED_SOCKET")
+    if env:
+        return Path(env).expanduser()
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else "/tmp"
+    return Path(base) / f"skyd-shared-{os.getuid()}" / "skyd.sock"
+
+
 def db_path() -> Path:
     return home() / "state.db"
 

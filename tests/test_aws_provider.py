@@ -57,7 +57,8 @@ async def test_launch_run_stop_start_terminate_over_ssh(env: Cloud) -> None:
     prov = cloud.provisioner()
     logs: list[str] = []
     try:
-        h = await prov.provision(_req("aws-life", 2, ports=("8080", "9000-9001")), logs.append)
+        h = await prov.provision(_req("aws-life", 2, ports=("8080", "9000-9001"), user="alice"),
+                                 logs.append)
         assert [n.rank for n in h.nodes] == [0, 1] and h.zone == "us-east-1b"  # use1-az1
         assert all(n.ssh and n.ssh["host"].startswith("127.0.0.") for n in h.nodes)  # loopback only
         ec2 = env.boto()
@@ -65,6 +66,7 @@ async def test_launch_run_stop_start_terminate_over_ssh(env: Cloud) -> None:
                  for i in r["Instances"]]
         tags = [{t["Key"]: t["Value"] for t in i["Tags"]} for i in insts]
         assert {t["skyd-cluster"] for t in tags} == {"aws-life-x1"}
+        assert {t["skypilot-user"] for t in tags} == {"alice"}  # who launched it, as SkyPilot
         assert sorted((t["skyd-rank"], t["Name"]) for t in tags) == [("0", "aws-life-head"), ("1", "aws-life-worker1")]
         assert len({i["SubnetId"] for i in insts}) == 1  # one subnet
         sg = ec2.describe_security_groups(GroupNames=["skyd-aws-life-x1"])["SecurityGroups"][0]

@@ -90,7 +90,7 @@ async def test_gpu_spot_instance_with_labels_and_ports_then_stop_start_preempt_d
 ) -> None:
     prov = cloud.provisioner()
     req = _req("gpu1", "n1-highmem-8", acc="T4", count=1, spot=True, ports=("8080",),
-               labels=(("Team", "ML Research"),), disk_size=64)
+               labels=(("Team", "ML Research"),), disk_size=64, user="Jane.Doe")
     handle = await prov.provision(req, lambda _m: None)
     body = gce.inserts[-1]
     assert body["guestAccelerators"] == [{"acceleratorType": "zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4",
@@ -101,6 +101,7 @@ async def test_gpu_spot_instance_with_labels_and_ports_then_stop_start_preempt_d
     labels = body["labels"]
     assert labels["skyd-cluster"] == "gpu1-abc123" and labels["skyd-rank"] == "0"
     assert labels["team"].startswith("ml-research")  # made a valid label value
+    assert labels["skypilot-user"].startswith("jane-doe")  # who launched it, a valid value
     assert body["disks"][0]["initializeParams"]["diskSizeGb"] == "64"
     assert "deeplearning-platform-release" in body["disks"][0]["initializeParams"]["sourceImage"]
     ssh_keys = next(i["value"] for i in body["metadata"]["items"] if i["key"] == "ssh-keys")

@@ -91,12 +91,14 @@ async def test_two_pod_cluster_runs_agents_over_exec_then_down_leaves_nothing(
     cloud: KubernetesCloud, kube: FakeKube, tmp_path: Path
 ) -> None:
     prov = cloud.provisioner()
-    h = await prov.provision(_req("web", n=2, ports=("8080",), labels=(("team", "ml"),)), print)
+    h = await prov.provision(_req("web", n=2, ports=("8080",), labels=(("team", "ml"),),
+                                  user="jane@corp"), print)
     assert [n.instance_id for n in h.nodes] == ["web-abc123-0", "web-abc123-1"]
     assert kube.live("skyd-cluster") == ["Pod/skyd/web-abc123-0", "Pod/skyd/web-abc123-1",
                                          "Service/skyd/web-abc123", "Service/skyd/web-abc123-ports"]
     pod = kube.pods[("skyd", "web-abc123-0")]
     assert pod["metadata"]["labels"]["team"] == "ml"
+    assert pod["metadata"]["labels"]["skypilot-user"] == "jane-corp"  # a valid label value
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2000m", "memory": "4096Mi"}
     assert await _healthy(cloud, h)
     assert await prov.query(h) == [NODE_RUNNING, NODE_RUNNING]

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     q = sub.add_parser("queue", help="jobs on clusters")
     q.add_argument("clusters", nargs="*", metavar="CLUSTER")
     q.add_argument("-s", "--skip-finished", action="store_true", help="only unfinished jobs")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(q)
     add_output_flag(q)
     q.set_defaults(func=run_queue)
 
@@ -157,14 +160,22 @@ def _dur(j: dict[str, Any]) -> str:
 
 
 def run_queue(args: argparse.Namespace) -> int:
+    from skyd.cli import users
     from skyd.cli.client import get_client
+    from skyd.errors import SkydError
 
     client = get_client()
-    names = args.clusters or [r["name"] for r in client.get("/v1/status")]
+    names = args.clusters or [r["name"] for r in client.get("/v1/status", users.params(args))]
     params = {"skip_finished": "1"} if args.skip_finished else None
     from urllib.parse import quote
 
-    out = [client.get(f"/v1/clusters/{quote(n, safe='')}/queue", params) for n in names]
+    out = []
+    for n in names:
+        try:
+            out.append(client.get(f"/v1/clusters/{quote(n, safe='')}/queue", params))
+        except SkydError as e:  # -u lists every user's clusters; their queues are theirs
+            if args.clusters or not users.not_yours(e):
+                raise
     if args.output == "json":
         from skyd.cli.output import print_json
 

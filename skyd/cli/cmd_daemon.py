@@ -14,8 +14,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "Client commands start it on demand.")
     ds = p.add_subparsers(dest="daemon_cmd", metavar="SUBCOMMAND")
     p.set_defaults(_parser=p)
-    ds.add_parser("run", help="run in the foreground (systemd, debugging)").set_defaults(func=run_fg)
-    ds.add_parser("start", help="start in the background").set_defaults(func=run_start)
+    rp = ds.add_parser("run", help="run in the foreground (systemd, debugging)")
+    _sharing_flags(rp)
+    rp.set_defaults(func=run_fg)
+    sp = ds.add_parser("start", help="start in the background")
+    _sharing_flags(sp)
+    sp.set_defaults(func=run_start)
     ds.add_parser("stop", help="stop (SIGTERM) and wait").set_defaults(func=run_stop)
     st = ds.add_parser("status", help="is it running? pid, socket, uptime")
     add_output_flag(st)
@@ -45,19 +49,53 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dp.add_argument("--image", metavar="IMAGE",
                     help="k8s:// only: an image with skyd on its PATH (default: a stock "
                          "python image and the skyd executable copied onto its volume)")
+    _sharing_flags(dp)
     dp.set_defaults(func=run_deploy)
+
+
+def _sharing_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shared-group", metavar="GROUP",
+                   help="share this daemon with the members of Unix group GROUP (a second "
+                        "socket, 0660 group GROUP; each user sees and acts on their own)")
+    p.add_argument("--admin-group", metavar="GROUP",
+                   help="members of GROUP may act on every user's clusters, jobs and services")
+
+
+def _apply_sharing(args: argparse.Namespace) -> None:
+    """The sharing flags, as the environment the daemon reads (checked here first)."""
+    import os
+
+    from skyd.daemon.owners import ADMIN_GROUP_ENV, SHARED_GROUP_ENV, group_gid
+    from skyd.errors import InvalidSpecError, SkydError
+
+    for flag, env in (("shared_group", SHARED_GROUP_ENV), ("admin_group", ADMIN_GROUP_ENV)):
+        value = getattr(args, flag, None)
+        if value:
+            try:
+                group_gid(value, "--" + flag.replace("_", "-"))
+            except SkydError as e:
+                raise InvalidSpecError(e.message, field=e.field, hint=e.hint) from None
+            os.environ[env] = value
+    if getattr(args, "admin_group", None) and not os.environ.get(SHARED_GROUP_ENV):
+        raise InvalidSpecError("--admin-group only matters for a shared daemon",
+                               field="--admin-group", hint="add --shared-group GROUP")
 
 
 def run_fg(args: argparse.Namespace) -> int:
     from skyd.daemon.app import main
 
+    _apply_sharing(args)
     return main([])
 
 
 def run_start(args: argparse.Namespace) -> int:
     from skyd.cli.client import ensure_daemon, running_pid
 
+    _apply_sharing(args)
     started = ensure_daemon()
+    if getattr(args, "shared_group", None) and not started:
+        sys.stderr.write("note: the daemon already runs; stop it first (skyd daemon stop) "
+                         "for --shared-group to take effect\n")
     pid = running_pid()
     sys.stdout.write(f"skyd daemon {'started' if started else 'already running'} (pid {pid})\n")
     return 0
@@ -84,7 +122,8 @@ def run_status(args: argparse.Namespace) -> int:
             with Client(autostart=False, timeout=5) as c:
                 h = c.get("/v1/health")
             info.update(running=True, pid=h["pid"], version=h["version"], uptime_s=h["uptime_s"],
-                        requests_in_flight=h["requests_in_flight"])
+                        requests_in_flight=h["requests_in_flight"],
+                        shared_socket=h.get("shared_socket"))
         except DaemonUnavailableError as e:
             info["error"] = str(e)
     if args.output == "json":
@@ -95,7 +134,9 @@ def run_status(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"skyd daemon running: pid {info['pid']}, up {info['uptime_s']}s, "
             f"{info['requests_in_flight']} request(s) in flight\n"
-            f"socket {info['socket']}\nlog    {info['log']}\n")
+            f"socket {info['socket']}\nlog    {info['log']}\n"
+            + (f"shared {info['shared_socket']} (group members: SKYD_HOST=ssh://USER@HOST"
+               f"?socket={info['shared_socket']})\n" if info.get("shared_socket") else ""))
     else:
         sys.stdout.write(f"skyd daemon is not running (socket {info['socket']})\n")
     return 0 if info["running"] else 3
@@ -122,7 +163,8 @@ def run_deploy(args: argparse.Namespace) -> int:
     lines: list[str] = []
     try:
         t = deploy(t, binary=args.binary, upgrade=args.upgrade,
-                   credentials=args.with_credentials, out=lines)
+                   credentials=args.with_credentials, out=lines,
+                   shared_group=args.shared_group, admin_group=args.admin_group)
     finally:
         for ln in lines:
             sys.stderr.write(ln + "\n")

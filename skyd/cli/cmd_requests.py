@@ -44,6 +44,9 @@ def _ls_flags(p: argparse.ArgumentParser) -> None:
                    help="only this status (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED); repeatable")
     p.add_argument("--verb", help="only this verb")
     p.add_argument("-n", "--limit", type=int, default=50, help="at most this many (default 50)")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(p)
     add_output_flag(p)
 
 
@@ -58,10 +61,11 @@ def _dur(r: dict[str, Any]) -> str:
 
 
 def run_ls(args: argparse.Namespace) -> int:
+    from skyd.cli import users
     from skyd.cli.client import get_client
 
-    rows = get_client().get("/v1/requests", {"status": args.status, "verb": args.verb,
-                                             "limit": args.limit})
+    rows = get_client().get("/v1/requests", users.params(args, {
+        "status": args.status, "verb": args.verb, "limit": args.limit}))
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -69,12 +73,12 @@ def run_ls(args: argparse.Namespace) -> int:
         return 0
     from skyd.cli.output import ago, print_table
 
-    print_table(rows, [
+    print_table(rows, users.columns(args, [
         ("ID", "id"), ("VERB", "verb"), ("STATUS", "status"),
         ("CREATED", lambda r: ago(r.get("created_at"))), ("DURATION", _dur),
         ("CLUSTER", "cluster_name"),
         ("ERROR", lambda r: (r.get("error") or {}).get("message") if r.get("error") else None),
-    ], empty="No requests.")
+    ]), empty="No requests.")
     return 0
 
 

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="print every port CLUSTER opens (resources.ports) as PORT: ADDRESS:PORT")
     what.add_argument("--endpoint", type=int, metavar="PORT",
                       help="print ADDRESS:PORT of this port of CLUSTER")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(p)
     add_output_flag(p)
     p.set_defaults(func=run)
 
@@ -125,16 +128,17 @@ def run_addresses(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summaries(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _summaries(client: Any, extra: dict[str, Any]) -> tuple[list[dict[str, Any]],
+                                                             list[dict[str, Any]]]:
     """Managed jobs not finished and services not gone (empty where the daemon has none)."""
     from skyd.errors import SkydError
 
     try:
-        jobs = list(client.get("/v1/jobs", {"skip_finished": 1}))
+        jobs = list(client.get("/v1/jobs", {"skip_finished": 1, **extra}))
     except SkydError:
         jobs = []
     try:
-        services = list(client.get("/v1/services"))
+        services = list(client.get("/v1/services", extra or None))
     except SkydError:
         services = []
     return jobs, services
@@ -145,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.ip or args.endpoints or args.endpoint is not None:
         return run_addresses(args)
-    params = {"name": args.clusters} if args.clusters else None
+    from skyd.cli import users
+
+    params = users.params(args, {"name": args.clusters} if args.clusters else None)
     client = get_client()
     if args.refresh:
         client.post("/v1/status/refresh", {"clusters": args.clusters or None})
@@ -157,31 +163,31 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from skyd.cli.output import ago, print_table
 
-    print_table(rows, [
+    print_table(rows, users.columns(args, [
         ("NAME", "name"), ("INFRA", _infra), ("RESOURCES", _resources), ("STATUS", "status"),
         ("AUTOSTOP", _autostop), ("LAUNCHED", lambda r: ago(r.get("launched_at"))),
-    ], empty="No existing clusters.")
+    ]), empty="No existing clusters.")
     if args.clusters:
         return 0
     # Below the clusters, as `sky status` does: managed jobs and services in progress.
-    jobs, services = _summaries(client)
+    jobs, services = _summaries(client, users.params(args) or {})
     print("\nManaged jobs")
     if jobs:
-        print_table(jobs, [
+        print_table(jobs, users.columns(args, [
             ("ID", "id"), ("NAME", "name"), ("STATUS", "status"),
             ("SUBMITTED", lambda r: ago(r.get("submitted_at"))),
             ("RECOVERIES", "recoveries"),
-        ])
+        ]))
     else:
         print("No in-progress managed jobs.")
     print("\nServices")
     if services:
-        print_table(services, [
+        print_table(services, users.columns(args, [
             ("NAME", "name"), ("STATUS", "status"),
             ("REPLICAS", lambda s: f"{sum(r.get('status') == 'READY' for r in s.get('replicas') or [])}/"
                                    f"{len(s.get('replicas') or [])}"),
             ("ENDPOINT", "endpoint"),
-        ])
+        ]))
     else:
         print("No live services.")
     return 0

@@ -12,6 +12,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("storage", help="buckets skyd created for file_mounts")
     ssub = p.add_subparsers(dest="storage_cmd", required=True)
     ls = ssub.add_parser("ls", help="list the buckets skyd created")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(ls)
     add_output_flag(ls)
     ls.set_defaults(func=run_ls)
     d = ssub.add_parser("delete", help="delete buckets skyd created (and their objects)")
@@ -22,9 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_ls(args: argparse.Namespace) -> int:
+    from skyd.cli import users
     from skyd.cli.client import get_client
 
-    rows = get_client().get("/v1/storage")
+    rows = get_client().get("/v1/storage", users.params(args))
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -32,9 +36,10 @@ def run_ls(args: argparse.Namespace) -> int:
         return 0
     from skyd.cli.output import ago, print_table
 
-    print_table(rows, [("NAME", "name"), ("STORE", "store"), ("CREATED", lambda r: ago(r["created_at"])),
-                       ("PERSISTENT", lambda r: "yes" if r["persistent"] else "no"),
-                       ("SOURCE", lambda r: r.get("source") or "-"), ("STATUS", "status")])
+    print_table(rows, users.columns(args, [
+        ("NAME", "name"), ("STORE", "store"), ("CREATED", lambda r: ago(r["created_at"])),
+        ("PERSISTENT", lambda r: "yes" if r["persistent"] else "no"),
+        ("SOURCE", lambda r: r.get("source") or "-"), ("STATUS", "status")]))
     return 0
 
 

@@ -242,7 +242,10 @@ def add_cluster_verb_flags(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def cluster_verb_payload(args: argparse.Namespace) -> dict[str, Any]:
-    return {"purge": True} if getattr(args, "purge", False) else {}
+    out: dict[str, Any] = {"purge": True} if getattr(args, "purge", False) else {}
+    if getattr(args, "all_users", None):  # -a -u: every user's (an admin of a shared daemon)
+        out["all_users"] = True
+    return out
 
 
 def after_start(args: argparse.Namespace, submit: Any) -> None:

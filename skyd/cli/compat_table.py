@@ -191,7 +191,7 @@ VALUE_FLAGS: frozenset[str] = frozenset({
 #: single-user daemon: no API server, no other users, no workspaces).
 ACCEPTED: dict[str, str] = {
     "--config": "validated against the config schema; this verb reads no config key",
-    "--all-users": "skyd is single-user: every cluster, job and service is already yours",
+    "--all-users": "with -a: every user's, not only yours (an admin of a shared daemon)",
     "--async": "the request runs in the daemon either way; Ctrl-C detaches and it goes on",
     "--no-async": "skyd waits for the request (the default)",
     "--yes": "this verb asks nothing in skyd",

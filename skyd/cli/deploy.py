@@ -121,8 +121,20 @@ def _put_file(t: Target, local: Path, remote: str, mode: str = "600") -> None:
 
 
 def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | None,
-           out: list[str]) -> Target:
-    """Install and start; returns the target clients should use (with the binary path)."""
+           out: list[str], shared_group: str | None = None,
+           admin_group: str | None = None) -> Target:
+    """Install and start; returns the target clients should use (with the binary path).
+    With ``shared_group``, the daemon is shared with that Unix group of the host and its
+    shared socket is named in ``out`` (the SKYD_HOST line the group's users use)."""
+    if admin_group and not shared_group:
+        raise InvalidSpecError("--admin-group only matters for a shared daemon",
+                               field="--admin-group", hint="add --shared-group GROUP")
+    sharing = {k: v for k, v in (("SKYD_SHARED_GROUP", shared_group),
+                                 ("SKYD_ADMIN_GROUP", admin_group)) if v}
+    for v in sharing.values():
+        if not all(c.isalnum() or c in "._-" for c in v):
+            raise InvalidSpecError(f"group name {v!r} has characters a group name has not",
+                                   field="--shared-group", hint="give the group's name")
     bin_path = _binary(binary)
     creds = _credential_files(credentials) if credentials else []
     remote_bin = t.remote_bin or DEFAULT_REMOTE_BIN
@@ -154,6 +166,7 @@ def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | N
         out.append(f"copied {local} to {rel} on {t.url()} (0600)")
     if systemd == "systemd":
         env = f"Environment=SKYD_HOME={t.remote_home}\n" if t.remote_home else ""
+        env += "".join(f"Environment={k}={v}\n" for k, v in sharing.items())
         unit = UNIT.format(bin=remote_bin.replace("~/", "%h/"), env=env)
         script = (f"umask 077 && mkdir -p ~/.config/systemd/user && "
                   f"printf %s {shlex.quote(unit)} > ~/.config/systemd/user/skyd.service && "
@@ -167,9 +180,17 @@ def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | N
     else:
         # `daemon start` detaches (new session, stdio closed) and returns once the socket
         # answers; nohup keeps a SIGHUP at logout away from it.
-        _run(t, remote_skyd(t, "daemon", "start", launcher="exec nohup") + " </dev/null",
+        flags = [a for k, v in sharing.items()
+                 for a in ("--shared-group" if k == "SKYD_SHARED_GROUP" else "--admin-group", v)]
+        _run(t, remote_skyd(t, "daemon", "start", *flags, launcher="exec nohup") + " </dev/null",
              timeout=60)
         out.append(f"daemon started on {t.url()} (detached; no systemd user manager there)")
+    if shared_group:
+        uid = _run(t, "id -u").stdout.strip()
+        sock = f"/var/tmp/skyd-shared-{uid}/skyd.sock"
+        who = replace(t, user=None, remote_bin=None, remote_home=None, remote_socket=sock)
+        out.append(f"shared with the members of group {shared_group}: each of them uses "
+                   f"export SKYD_HOST={host_line(who).replace('ssh://', 'ssh://THEIR_USER@')}")
     return t
 
 
@@ -182,4 +203,6 @@ def host_line(t: Target) -> str:
         q.append(f"bin={quote(t.remote_bin, safe='/~')}")
     if t.remote_home:
         q.append(f"home={quote(t.remote_home, safe='/~')}")
+    if t.remote_socket:
+        q.append(f"socket={quote(t.remote_socket, safe='/~')}")
     return t.url() + (("?" + "&".join(q)) if q else "")

@@ -121,15 +121,23 @@ class ProvisionRequest:
     # Set by the pipeline: a provider may report why the cluster is not up yet (e.g. a
     # scheduler's pending reason); shown as the INIT row's status reason.
     on_status: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+    user: str = ""  # who launched it (a shared daemon's caller): tagged skypilot-user
 
     @property
     def cluster_tag(self) -> str:
         return self.tag or self.cluster_name
 
+    def tags(self) -> tuple[tuple[str, str], ...]:
+        """The task's labels plus ``skypilot-user`` (as SkyPilot tags what a user launches);
+        each provider makes the value valid by its own rules."""
+        return (*self.labels, (USER_LABEL, self.user)) if self.user else self.labels
+
     def partial(self) -> PartialHandle:
         o = self.offering
         return PartialHandle(self.cluster_name, o.cloud, o.region, o.zone, self.cluster_tag)
 
+
+USER_LABEL = "skypilot-user"  # the tag/label naming who launched a cluster (SkyPilot's key)
 
 #: request feature -> the task field it comes from (what `Cloud.unsupported` may name).
 FEATURE_FIELDS: dict[str, str] = {

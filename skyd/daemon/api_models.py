@@ -54,6 +54,7 @@ class HealthResponse(BaseModel):
     socket: str
     home: str
     requests_in_flight: int
+    shared_socket: str | None = None  # a daemon shared with a Unix group: the group's socket
 
 
 class VersionResponse(BaseModel):

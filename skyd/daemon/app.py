@@ -23,7 +23,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from skyd import paths
-from skyd.daemon import diskspace, registry
+from skyd.daemon import diskspace, owners, registry
 from skyd.daemon.bus import EventBus
 from skyd.daemon.connections import (
     KEEPALIVE_TIMEOUT,
@@ -60,6 +60,9 @@ class Daemon:
         self._shutdown: list[Hook] = []
         self._pid_fd: int | None = None
         self.connections = ConnectionGuard(1)
+        self.access = owners.Access()  # who may connect (a shared daemon: a Unix group too)
+        self.shared_socket: Path | None = (
+            paths.shared_socket_path() if self.access.shared else None)
 
     # -- plugin API ------------------------------------------------------------------
     @property
@@ -160,6 +163,13 @@ class Daemon:
                 sock = bind_socket(self.socket_path)
                 site = GuardedSockSite(runner, sock, self.connections)
                 await site.start()
+                shared_site = None
+                if self.shared_socket is not None and self.access.shared_gid is not None:
+                    ssock = bind_shared_socket(self.shared_socket, self.access.shared_gid)
+                    shared_site = GuardedSockSite(runner, ssock, self.connections)
+                    await shared_site.start()
+                    log.info("shared with group %d on %s", self.access.shared_gid,
+                             self.shared_socket)
                 sd_notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=serving on {self.socket_path}")
                 log.info("ready: serving on %s", self.socket_path)
                 await self._stop.wait()
@@ -168,6 +178,10 @@ class Daemon:
                 await site.stop()  # stop accepting
                 with contextlib.suppress(OSError):
                     self.socket_path.unlink()
+                if shared_site is not None and self.shared_socket is not None:
+                    await shared_site.stop()
+                    with contextlib.suppress(OSError):
+                        self.shared_socket.unlink()
                 await self.requests.shutdown(self.grace)
                 for hook in self._shutdown:
                     with anyio.move_on_after(self.grace):
@@ -252,7 +266,7 @@ def prepare_socket_dir(path: Path) -> None:
                          "directory is created 0700)")
 
 
-def bind_socket(path: Path) -> socket.socket:
+def bind_socket(path: Path, *, check_dir: bool = True) -> socket.socket:
     """A listening AF_UNIX socket at ``path``: socket 0600 (no window with a wider mode).
 
     Only directories skyd created (now, or skyd's own by name: SKYD_HOME/run,
@@ -260,7 +274,8 @@ def bind_socket(path: Path) -> socket.socket:
     one (sticky, such as /tmp) or one of the user's (~/project, /) is used as it is -- the
     socket's 0600 and the peer-uid check guard it -- and one where another user could
     replace the socket (writable by others and not sticky, or someone else's) is refused."""
-    prepare_socket_dir(path)
+    if check_dir:
+        prepare_socket_dir(path)
     if path.exists() or path.is_symlink():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -282,6 +297,40 @@ def bind_socket(path: Path) -> socket.socket:
     os.chmod(path, 0o600)
     sock.listen(512)
     sock.setblocking(False)
+    return sock
+
+
+def bind_shared_socket(path: Path, gid: int) -> socket.socket:
+    """The shared daemon's second socket: mode 0660, group ``gid``, in a directory of the
+    daemon's user (created 0750, group ``gid``). A directory someone else made, or one that
+    is a symlink, is refused: nothing else of the daemon's is reachable by that group."""
+    d = path.parent
+    try:
+        os.mkdir(d, 0o750)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise DaemonUnavailableError(
+            f"cannot create the shared socket's directory {d}: {e.strerror}",
+            field="SKYD_SHARED_SOCKET", hint="set SKYD_SHARED_SOCKET to a path in a directory "
+                                              "the daemon's user may create") from None
+    st = os.lstat(d)
+    if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid():
+        raise DaemonUnavailableError(
+            f"refusing to put the shared socket {path} in {d}: it is not a directory of "
+            f"this user's", field="SKYD_SHARED_SOCKET",
+            hint="set SKYD_SHARED_SOCKET to a path in a new directory")
+    try:
+        os.chown(d, -1, gid)
+    except PermissionError:
+        raise DaemonUnavailableError(
+            f"cannot give {d} to group {gid}: the daemon's user is not in that group",
+            field="SKYD_SHARED_GROUP", hint="add the daemon's user to the group (usermod -aG)"
+        ) from None
+    os.chmod(d, 0o750)
+    sock = bind_socket(path, check_dir=False)
+    os.chown(path, -1, gid)
+    os.chmod(path, 0o660)
     return sock
 
 

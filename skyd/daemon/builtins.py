@@ -37,6 +37,7 @@ async def health(ctx: ReadContext, request: web.Request) -> Any:
         "uptime_s": round(time.monotonic() - d.started_mono, 3),
         "socket": str(d.socket_path), "home": str(paths.home()),
         "requests_in_flight": len(d.requests.active),
+        "shared_socket": str(d.shared_socket) if d.shared_socket is not None else None,
     }
 
 

@@ -44,7 +44,7 @@ class RequestContext:
         "request_id", "verb", "payload", "daemon", "store", "bus", "cancel_scope", "tg",
         "resumed", "log_path", "_pending", "_flushing", "_write_lock", "_seq", "_changed",
         "_stage_starts", "_stages", "_partial", "finished", "done", "shutdown",
-        "storage_error", "dropped",
+        "storage_error", "dropped", "user",
     )
 
     def __init__(
@@ -80,6 +80,7 @@ class RequestContext:
         self.shutdown = False  # set when the daemon (not a user) cancels the request
         self.storage_error: SkydError | None = None  # set when its writes fail (full disk)
         self.dropped = 0  # events that could not be written
+        self.user: str | None = None  # who submitted it (skyd.daemon.owners)
 
     @property
     def root_tg(self) -> TaskGroup:

@@ -16,7 +16,7 @@ import anyio
 import pydantic
 
 from skyd import paths
-from skyd.daemon import request_config, request_secrets
+from skyd.daemon import owners, request_config, request_secrets
 from skyd.daemon.context import TERMINAL_EVENTS, RequestContext
 from skyd.daemon.http import internal_error_dict
 from skyd.daemon.registry import VERBS
@@ -35,7 +35,8 @@ PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 REQUEST_ID_HEADER = "X-Skyd-Request-Id"
 CLIENT_ID_RE = re.compile(r"[0-9a-f]{8,32}")
-LIST_COLUMNS = "id, verb, status, created_at, started_at, finished_at, cluster_name, error"
+LIST_COLUMNS = ("id, verb, status, created_at, started_at, finished_at, cluster_name, error, "
+                "user")
 MAX_READ_CHUNK = 1 << 20
 
 
@@ -139,6 +140,9 @@ class RequestManager:
                 raise validation_error(e, verb_name) from None
         elif not isinstance(payload, dict):
             raise InvalidSpecError("the request body must be a JSON object", field="body")
+        caller = owners.CALLER.get()  # another user's object: refused (403), no request row
+        payload = await owners.check_mutation(self.daemon.store, caller, verb_name, payload)
+        user = caller.name if caller is not None else owners.daemon_user()
         clean, held = await request_secrets.asplit(payload)  # secret values: a 0600 file
         cfg = await request_config.load_for(payload)  # a bad config file or key: 400, exit 2
         if verb.check is not None:
@@ -164,8 +168,8 @@ class RequestManager:
             try:
                 await self.daemon.store.execute(
                     "INSERT INTO requests(id, verb, status, created_at, payload, stages, pid, "
-                    "cluster_name) VALUES(?, ?, ?, ?, ?, '[]', ?, ?)",
-                    (rid, verb_name, PENDING, now, dumps(stored), pid, clusters_of(stored)),
+                    "cluster_name, user) VALUES(?, ?, ?, ?, ?, '[]', ?, ?, ?)",
+                    (rid, verb_name, PENDING, now, dumps(stored), pid, clusters_of(stored), user),
                 )
                 payload = stored
                 break
@@ -177,8 +181,9 @@ class RequestManager:
                 continue
         else:  # pragma: no cover - 10 collisions of 32 random bits
             raise RuntimeError("could not allocate a request id")
-        self._start(SecretAwareContext(rid, verb_name, payload, self.daemon,
-                                       paths.request_log(rid)))
+        ctx = SecretAwareContext(rid, verb_name, payload, self.daemon, paths.request_log(rid))
+        ctx.user = user
+        self._start(ctx)
         return rid, True
 
     async def _same_request(self, rid: str, verb: str, clean: dict[str, Any]) -> bool:
@@ -205,6 +210,8 @@ class RequestManager:
         store = self.daemon.store
         status, result, error = FAILED, None, None
         cancelled_exc = anyio.get_cancelled_exc_class()
+        if ctx.user is not None:  # the rows this request makes are its submitter's
+            owners.CALLER.set(owners.Caller(-1, ctx.user, False))
         try:
             with ctx.cancel_scope:
                 await store.execute(
@@ -335,7 +342,7 @@ class RequestManager:
         """Requests the previous daemon left PENDING/RUNNING: resume or fail them."""
         store = self.daemon.store
         rows = await store.fetchall(
-            "SELECT id, verb, payload, stages, result FROM requests WHERE status IN (?, ?) "
+            "SELECT id, verb, payload, stages, result, user FROM requests WHERE status IN (?, ?) "
             "ORDER BY created_at",
             (PENDING, RUNNING),
             json_cols=("payload", "stages", "result"),
@@ -352,6 +359,7 @@ class RequestManager:
                     r["id"], r["verb"], r["payload"] or {}, self.daemon,
                     paths.request_log(r["id"]), resumed=True,
                 )
+                ctx.user = r.get("user")
                 ctx._seq = await anyio.to_thread.run_sync(_count_lines, ctx.log_path)
                 ctx._stages = r["stages"] or []
                 if isinstance(r["result"], dict):
@@ -403,10 +411,14 @@ class RequestManager:
         return row
 
     async def ls(
-        self, statuses: list[str] | None, verb: str | None, limit: int, all_: bool
+        self, statuses: list[str] | None, verb: str | None, limit: int, all_: bool,
+        *, user: str | None = None,
     ) -> list[dict[str, Any]]:
         where: list[str] = []
         args: list[Any] = []
+        if user is not None:  # one user's requests (rows from before: the daemon user's)
+            where.append("COALESCE(user, ?) = ?")
+            args.extend([owners.daemon_user(), user])
         if statuses:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
             args.extend(s.upper() for s in statuses)

@@ -171,7 +171,21 @@ async def _v6(db: Any) -> None:
             await db.execute(stmt)
 
 
-MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4, _v5, _v6]
+async def _v7(db: Any) -> None:
+    """Several users (skyd.daemon.owners): who made each request, cluster, managed job,
+    service, pool and bucket. Rows from before belong to the daemon's own user."""
+    from skyd.daemon.owners import daemon_user
+
+    owner = daemon_user()
+    for table in OWNED_TABLES:
+        await _add_columns(db, table, {"user": "TEXT"})
+        await db.execute(f"UPDATE {table} SET user = ? WHERE user IS NULL", (owner,))
+
+
+OWNED_TABLES = ("requests", "clusters", "managed_jobs", "services", "job_pools",
+                "storage_buckets")
+
+MIGRATIONS: list[Migration] = [_V1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 # Columns holding JSON text, decoded by Store.fetch*(..., json_cols=...) helpers and the
 # built-in reads.

@@ -15,7 +15,7 @@ import pydantic
 from aiohttp import web
 
 from skyd import paths
-from skyd.daemon import limits
+from skyd.daemon import limits, owners
 from skyd.daemon.connections import read_body
 from skyd.daemon.context import ReadContext
 from skyd.daemon.http import (
@@ -51,25 +51,37 @@ def peer_credentials(sock: Any) -> tuple[int, int, int] | None:
         return None
 
 
-def peer_allowed(peer_uid: int | None, daemon_uid: int) -> bool:
-    """Only the daemon's own uid may talk to it (unknown peers are refused too)."""
-    return peer_uid is not None and peer_uid == daemon_uid
+def peer_allowed(peer_uid: int | None, daemon_uid: int,
+                 access: owners.Access | None = None) -> bool:
+    """The daemon's own uid may talk to it, and (a shared daemon) the members of its shared
+    group; unknown peers are refused."""
+    if peer_uid is None:
+        return False
+    if access is None:
+        return peer_uid == daemon_uid
+    return access.caller(peer_uid) is not None
 
 
 def build_app(daemon: Daemon) -> web.Application:
     uid = os.getuid()
+    access: owners.Access = getattr(daemon, "access", None) or owners.Access()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         creds = peer_credentials(sock) if sock is not None else None
-        if not peer_allowed(creds[1] if creds else None, uid):
+        caller = access.caller(creds[1]) if creds else None
+        if caller is None:
             log.warning("refused peer %s (daemon uid %d)", creds, uid)
             return json_response(
                 {"error": {"type": "PermissionError", "exit_code": 1, "field": None, "line": None,
                            "message": "permission denied: this skyd daemon belongs to another user",
-                           "hint": "start your own daemon (SKYD_HOME / SKYD_SOCKET)"}}, 403)
+                           "hint": "start your own daemon (SKYD_HOME / SKYD_SOCKET), or ask its "
+                                   "owner to share it with a group you are in (--shared-group)"}},
+                403)
+        request["skyd_caller"] = caller
+        token = owners.CALLER.set(caller)
         try:
             return await handler(request)
         except SkydError as e:
@@ -85,6 +97,8 @@ def build_app(daemon: Daemon) -> web.Application:
         except Exception as e:  # noqa: BLE001
             log.error("%s %s failed:\n%s", request.method, request.path, traceback.format_exc())
             return json_response({"error": internal_error_dict(e, str(paths.daemon_log()))}, 500)
+        finally:
+            owners.CALLER.reset(token)
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard])
     app["daemon"] = daemon
@@ -100,18 +114,25 @@ def build_app(daemon: Daemon) -> web.Application:
         q = request.query
         statuses = [s for s in q.get("status", "").split(",") if s]
         limit = int(int_param(request, "limit", 100, lo=1, hi=1_000_000) or 100)
-        rows = await rm.ls(statuses or None, q.get("verb") or None, limit, False)
+        caller = request["skyd_caller"]
+        user = None if owners.wants_all(q) else caller.name
+        rows = await rm.ls(statuses or None, q.get("verb") or None, limit, False, user=user)
         return json_response(rows)
 
+    async def own_request(request: web.Request, verb: str) -> str:
+        rid = await rm.resolve(request.match_info["id"])
+        await owners.check_owned(daemon.store, request["skyd_caller"], "request", [rid], verb)
+        return rid
+
     async def req_get(request: web.Request) -> web.StreamResponse:
-        return json_response(await rm.get(request.match_info["id"]))
+        return json_response(await rm.get(await own_request(request, "read")))
 
     async def req_cancel(request: web.Request) -> web.StreamResponse:
-        return json_response(await rm.cancel(request.match_info["id"]))
+        return json_response(await rm.cancel(await own_request(request, "cancel")))
 
     async def req_events(request: web.Request) -> web.StreamResponse:
         follow = request.query.get("follow", "0") not in ("0", "false", "")
-        rid = await rm.resolve(request.match_info["id"])  # 404 before the stream starts
+        rid = await own_request(request, "read")  # 404/403 before the stream starts
         return await _stream_lines(request, rm.events(rid, follow))
 
     async def openapi(request: web.Request) -> web.StreamResponse:
@@ -183,7 +204,20 @@ def _read_handler(daemon: Daemon, read: Read) -> Handler:
                     body = read.body.model_validate(body or {}).model_dump(mode="json")
                 except pydantic.ValidationError as e:
                     raise validation_error(e, read.path) from None
+        caller = request.get("skyd_caller")
+        named = owners.NAMED.get(read.path)
+        if named is not None:
+            key: Any = request.match_info.get(named[1])
+            if named[0] == "job" and isinstance(key, str) and key.isdigit():
+                key = int(key)
+            await owners.check_owned(daemon.store, caller, named[0], [key], "read")
         out = await read.handler(ReadContext(daemon, body), request)
+        if read.path in owners.LISTINGS:
+            if type(out) is web.Response and out.body is not None:
+                out = json.loads(bytes(out.body))  # type: ignore[arg-type]
+            if not isinstance(out, web.StreamResponse):
+                out = await owners.filter_listing(daemon.store, caller, read.path, out,
+                                                  owners.wants_all(request.query))
         if isinstance(out, web.StreamResponse):
             return out
         return json_response(out)

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     q.add_argument("-o", "--output", choices=("table", "json"), default="table")
     q.add_argument("--skip-finished", action="store_true", help="hide jobs that have ended")
     q.add_argument("-s", "--status", action="append", metavar="STATUS", help="only this status")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(q)
     q.add_argument("-l", "--limit", type=int, metavar="N", help="the N newest jobs only")
     q.add_argument("-a", "--all", dest="limit", action="store_const", const=None,
                    help="every job (the default)")
@@ -270,7 +273,9 @@ def run_queue(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"skip_finished": 1 if args.skip_finished else 0}
     if args.status:
         params["status"] = args.status
-    rows = get_client().get("/v1/jobs", params)
+    from skyd.cli import users
+
+    rows = get_client().get("/v1/jobs", users.params(args, params))
     from skyd.cli.compat_flags import filter_by_time
 
     rows = filter_by_time(rows, args)
@@ -284,7 +289,7 @@ def run_queue(args: argparse.Namespace) -> int:
     from skyd.cli.output import ago, print_table
 
     cols = [(h, (lambda r: ago(r.get("submitted_at"))) if h == "SUBMITTED" else k) for h, k in COLUMNS]
-    print_table(rows, cols, empty="No managed jobs.")
+    print_table(rows, users.columns(args, cols), empty="No managed jobs.")
     return 0
 
 
@@ -295,7 +300,10 @@ def run_cancel(args: argparse.Namespace) -> int:
     if not args.ids and not args.name and not args.all:
         raise InvalidSpecError("say which jobs to cancel", hint="skyd jobs cancel ID | -n NAME | -a")
     client = get_client()
-    rid = client.submit("jobs.cancel", {"ids": args.ids, "name": args.name, "all": args.all})
+    body = {"ids": args.ids, "name": args.name, "all": args.all}
+    if getattr(args, "all_users", None):  # -a -u: every user's (an admin of a shared daemon)
+        body["all_users"] = True
+    rid = client.submit("jobs.cancel", body)
     moved = _wait(client, rid).get("cancelled") or []
     if moved:
         sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n")

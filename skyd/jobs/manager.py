@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from skyd.daemon.owners import acting_as
 from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.jobs import status as st
 from skyd.jobs.controller import JobController, JobsConfig
@@ -146,7 +147,8 @@ class JobsManager:
         """(Re)start a controller for every unfinished job and every pending teardown."""
         rows = await self.db.unfinished_or_dirty()
         for r in rows:
-            self._start(int(r["id"]))
+            with acting_as(r.get("user")):  # its clusters stay its submitter's
+                self._start(int(r["id"]))
         await self.pools.resume()
         return len(rows)
 

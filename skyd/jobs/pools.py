@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from skyd.daemon.owners import current_user
 from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.jobs.ops import ClusterOps, LogFn, TaskSpec
 from skyd.jobs.state import JobsDB
@@ -90,6 +91,7 @@ class PoolManager:
                                    hint="give --workers N with N >= 0")  # fmt: skip
         now = time.time()
         task_json = json.dumps(task)
+        user = current_user()
 
         def fn(db: sqlite3.Connection) -> None:
             row = db.execute("SELECT status FROM job_pools WHERE name=?", (name,)).fetchone()
@@ -97,10 +99,10 @@ class PoolManager:
                 raise InvalidSpecError(f"worker pool {name!r} is going down", field="pool",
                                        hint="wait for `skyd jobs pool down` to finish")  # fmt: skip
             db.execute(
-                "INSERT INTO job_pools (name, task, workers, status, created_at, updated_at)"
-                " VALUES (?, ?, ?, 'READY', ?, ?) ON CONFLICT(name) DO UPDATE SET"
+                "INSERT INTO job_pools (name, task, workers, status, created_at, updated_at, user)"
+                " VALUES (?, ?, ?, 'READY', ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
                 " task=excluded.task, workers=excluded.workers, updated_at=excluded.updated_at",
-                (name, task_json, workers, now, now),
+                (name, task_json, workers, now, now, user),
             )
             db.execute("UPDATE job_pool_workers SET status='PROVISIONING', reason=NULL WHERE"
                        " pool=? AND status='FAILED'", (name,))  # a re-apply retries them

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiosqlite
 import anyio
 
+from skyd.daemon.owners import current_user
 from skyd.daemon.schema import POOL_SCHEMA
 from skyd.jobs.status import ACTIVE, TERMINAL
 
@@ -168,10 +169,13 @@ class JobsDB:
         async with self.conn.execute("PRAGMA table_info(managed_jobs)") as cur:
             have = {r[1] for r in await cur.fetchall()}
         extra = {"retry_until_up": "INTEGER NOT NULL DEFAULT 0", "exit_code": "INTEGER",
-                 "last_cloud": "TEXT", "last_zone": "TEXT"}  # fmt: skip
+                 "last_cloud": "TEXT", "last_zone": "TEXT", "user": "TEXT"}  # fmt: skip
         for col, decl in extra.items():
             if col not in have:
                 await self.conn.execute(f"ALTER TABLE managed_jobs ADD COLUMN {col} {decl}")
+        async with self.conn.execute("PRAGMA table_info(job_pools)") as cur:
+            if "user" not in {r[1] for r in await cur.fetchall()}:  # who made it (owners)
+                await self.conn.execute("ALTER TABLE job_pools ADD COLUMN user TEXT")
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -211,6 +215,7 @@ class JobsDB:
         id is recorded under that key in the same transaction and a second call with the
         key returns it: a request resumed after a crash never creates the job twice."""
         now = time.time()
+        user = current_user()
 
         def fn(db: sqlite3.Connection) -> int:
             if request_key is not None:
@@ -219,9 +224,9 @@ class JobsDB:
                     return int(row[0])
             cur = db.execute(
                 "INSERT INTO managed_jobs (name, status, schedule_state, priority, submitted_at,"
-                " dag, strategy, current_task, updated_at, retry_until_up)"
-                " VALUES (?, 'PENDING', 'WAITING', ?, ?, ?, ?, 0, ?, ?)",
-                (name, priority, now, dag_json, strategy, now, int(retry_until_up)),
+                " dag, strategy, current_task, updated_at, retry_until_up, user)"
+                " VALUES (?, 'PENDING', 'WAITING', ?, ?, ?, ?, 0, ?, ?, ?)",
+                (name, priority, now, dag_json, strategy, now, int(retry_until_up), user),
             )
             assert cur.lastrowid is not None
             if request_key is not None:

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from skyd.clouds.base import ClusterHandle, LogFn, Provisioner, ProvisionRequest
+from skyd.daemon.owners import CALLER
 from skyd.errors import InvalidSpecError
 from skyd.nodeagent.spec import JobSpec, NodeRef
 from skyd.pipeline.agents import agent
@@ -119,9 +120,10 @@ class AgentBackend(Backend):
                                  internal_ip=node.internal_ip or ""))
         info = {"cluster_name": handle.cluster_name, "cloud": handle.cloud,
                 "region": handle.region, "zone": handle.zone}
+        caller = CALLER.get()  # a shared daemon's caller: the job's SKYPILOT_USER
         spec = dataclasses.replace(
             spec, nodes=nodes, num_nodes=len(handle.nodes),
-            username=spec.username or getpass.getuser(),
+            username=spec.username or (caller.name if caller is not None else getpass.getuser()),
             cluster_info=spec.cluster_info or json.dumps(info))
         async with agent(self.prov, handle, 0) as c:
             return int(await c.submit_job(spec))

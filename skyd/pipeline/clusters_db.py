@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyd.clouds.base import ClusterHandle, PartialHandle
+from skyd.daemon.owners import current_user
 from skyd.errors import NotFoundError
 
 INIT, UP, STOPPED = "INIT", "UP", "STOPPED"
@@ -69,13 +70,15 @@ async def insert_init(
     async with store.tx() as db:
         await db.execute(
             "INSERT INTO clusters (name, status, num_nodes, resources, request_id, launched_at,"
-            " status_updated_at, last_use, cloud, region, zone, tag)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " status_updated_at, last_use, cloud, region, zone, tag, user)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(name) DO UPDATE SET status = excluded.status,"
             " request_id = excluded.request_id, status_updated_at = excluded.status_updated_at,"
             " resources = excluded.resources, cloud = excluded.cloud,"
-            " region = excluded.region, zone = excluded.zone, tag = excluded.tag",
-            (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now, *loc),
+            " region = excluded.region, zone = excluded.zone, tag = excluded.tag,"
+            " user = COALESCE(clusters.user, excluded.user)",
+            (name, INIT, num_nodes, json.dumps(resources), request_id, now, now, now, *loc,
+             current_user()),
         )
     _changed("clusters", {"name": name, "status": INIT})
 

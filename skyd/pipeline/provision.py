@@ -37,6 +37,7 @@ from skyd.clouds.base import (
     registered_clouds,
     requested_features,
 )
+from skyd.daemon.owners import current_user
 from skyd.errors import (
     CredentialsError,
     FailoverScope,
@@ -92,6 +93,7 @@ def build_request(task: Task, name: str, tag: str, choice: Placement,
         token=token or secrets.token_urlsafe(24),
         tag=tag,
         container=container,
+        user=current_user(),
     )
 
 

@@ -106,6 +106,7 @@ def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True,
     if ov:
         base = payload.get("base_dir")
         dag.tasks = [apply_overrides(t, ov, Path(base) if base else None) for t in dag.tasks]
+    _only_uploads(dag)
     if precheck:
         from skyd.models.precheck import precheck as run_precheck
 
@@ -150,6 +151,33 @@ def _load(payload: dict[str, Any]) -> Any:
     if policy_config is not None:
         dag.policy_config = policy_config  # type: ignore[attr-defined]
     return dag
+
+
+def _only_uploads(dag: Any) -> None:
+    """A shared daemon runs every user's request as its own user: a caller other than that
+    user names files of this host only through uploads (their own laptop's files), never
+    a path of the host the daemon's user may read and they may not."""
+    from skyd.daemon.owners import current_user, daemon_user
+    from skyd.models.storage import is_bucket_uri
+
+    if current_user() == daemon_user():
+        return
+    for t in dag.tasks:
+        named: list[tuple[str, str]] = []
+        if isinstance(t.workdir, str):
+            named.append(("workdir", t.workdir))
+        for dst, fm in (t.file_mounts or {}).items():
+            src = getattr(fm, "source", None)
+            for s in src if isinstance(src, list) else [src]:
+                if isinstance(s, str) and not is_bucket_uri(s):
+                    named.append((f"file_mounts.{dst}", s))
+        for field, p in named:
+            if not _is_upload(p):
+                raise InvalidSpecError(
+                    f"{field} {p[:200]!r} is a path on the daemon's host: a shared daemon "
+                    f"takes another user's local files only as uploads", field=field,
+                    hint="use the skyd CLI or SDK from your machine (it uploads them), or a "
+                         "bucket")
 
 
 def _is_upload(p: str) -> bool:

@@ -105,14 +105,21 @@ def validate(yaml_text: str | None = None, *, path: str | Path | None = None,
     return dict(post("/v1/validate", body))
 
 
-def status(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Clusters known to the daemon (from its state, no refresh)."""
-    return list(get("/v1/status", {"name": names} if names else None))
+def status(names: list[str] | None = None, *, all_users: bool = False) -> list[dict[str, Any]]:
+    """Clusters known to the daemon (from its state, no refresh); ``all_users``: every
+    user's of a shared daemon (each row has its ``user``), not only yours."""
+    params: dict[str, Any] = {"name": names} if names else {}
+    if all_users:
+        params["all_users"] = 1
+    return list(get("/v1/status", params or None))
 
 
 def requests_ls(status: list[str] | str | None = None, verb: str | None = None,
-                limit: int = 100) -> list[dict[str, Any]]:
-    return list(get("/v1/requests", {"status": status, "verb": verb, "limit": limit}))
+                limit: int = 100, *, all_users: bool = False) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"status": status, "verb": verb, "limit": limit}
+    if all_users:
+        params["all_users"] = 1
+    return list(get("/v1/requests", params))
 
 
 def requests_get(request_id: str) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class Target:
     remote_bin: str | None = None
     remote_home: str | None = None
     ssh_options: tuple[str, ...] = field(default_factory=tuple)
+    remote_socket: str | None = None  # a shared daemon's socket on the host (another user's)
 
     def url(self) -> str:
         who = f"{self.user}@" if self.user else ""
@@ -68,17 +69,18 @@ AnyTarget = Target | KubeTarget
 
 
 def parse_host(url: str, *, remote_bin: str | None = None,
-               remote_home: str | None = None) -> AnyTarget:
+               remote_home: str | None = None, remote_socket: str | None = None) -> AnyTarget:
     """``ssh://[user@]host[:port]`` (an SSH config alias as the host works too), with
-    optional ``?bin=PATH&home=PATH`` for the binary and SKYD_HOME on the host; or
+    optional ``?bin=PATH&home=PATH`` for the binary and SKYD_HOME on the host, and
+    ``socket=PATH`` for a daemon shared by another user of the host (its shared socket); or
     ``k8s://CONTEXT/NAMESPACE`` (skyd.sdk.kubehost)."""
     if is_k8s(url):
         return parse_k8s(url)
-    return parse_ssh(url, remote_bin=remote_bin, remote_home=remote_home)
+    return parse_ssh(url, remote_bin=remote_bin, remote_home=remote_home, remote_socket=remote_socket)
 
 
 def parse_ssh(url: str, *, remote_bin: str | None = None,
-              remote_home: str | None = None) -> Target:
+              remote_home: str | None = None, remote_socket: str | None = None) -> Target:
     text = url.strip()
     if not text.startswith("ssh://"):
         raise InvalidSpecError(f"unsupported daemon host {url!r}", field="SKYD_HOST",
@@ -97,16 +99,17 @@ def parse_ssh(url: str, *, remote_bin: str | None = None,
                                hint="a port is a number from 1 to 65535") from None
     q = parse_qs(parts.query)
     for k in q:
-        if k not in ("bin", "home"):
+        if k not in ("bin", "home", "socket"):
             raise InvalidSpecError(f"unknown option {k!r} in daemon host {url!r}",
-                                   field="SKYD_HOST", hint="known options: bin, home")
+                                   field="SKYD_HOST", hint="known options: bin, home, socket")
     if host.startswith("-") or (parts.username or "").startswith("-"):
         raise InvalidSpecError(f"daemon host {url!r} is not a host name", field="SKYD_HOST",
                                hint="use ssh://[user@]host[:port]")
     extra = tuple(shlex.split(os.environ.get("SKYD_SSH_OPTS", "")))
     return Target(host=host, user=unquote(parts.username) if parts.username else None,
                   port=port, remote_bin=remote_bin or _first(q, "bin"),
-                  remote_home=remote_home or _first(q, "home"), ssh_options=extra)
+                  remote_home=remote_home or _first(q, "home"), ssh_options=extra,
+                  remote_socket=remote_socket or _first(q, "socket"))
 
 
 def _first(q: dict[str, list[str]], key: str) -> str | None:
@@ -158,7 +161,7 @@ def context_target(name: str, doc: dict[str, Any] | None = None) -> AnyTarget | 
                         hint="list them with: skyd context ls; add one with: "
                              "skyd context add NAME ssh://user@host")
     return parse_host(ctx["host"], remote_bin=ctx.get("remote_bin"),
-                      remote_home=ctx.get("remote_home"))
+                      remote_home=ctx.get("remote_home"), remote_socket=ctx.get("remote_socket"))
 
 
 def resolve_target() -> AnyTarget | None:
@@ -222,6 +225,8 @@ def remote_skyd(t: Target, *args: str, launcher: str = "exec") -> str:
     what runs it, e.g. ``exec nohup``)."""
     tail = " ".join(shlex.quote(a) for a in args)
     env = f"SKYD_HOME={shlex.quote(t.remote_home)} " if t.remote_home else ""
+    if t.remote_socket:  # a shared daemon: dial-stdio connects there, never starts one
+        env += f"SKYD_SOCKET={_remote_path(t.remote_socket)} SKYD_SHARED_DIAL=1 "
     if t.remote_bin:
         return f"{env}{launcher} {_remote_path(t.remote_bin)} {tail}"
     default = _remote_path(DEFAULT_REMOTE_BIN)
@@ -247,7 +252,10 @@ def close_master(t: Target) -> None:
 
 def forward_path(t: Target) -> Path:
     """The local end of the shared connection's forward to the host daemon's socket."""
-    return control_path(t).with_name(control_path(t).name.replace("cm-", "fw-") + ".sock")
+    name = control_path(t).name.replace("cm-", "fw-")
+    if t.remote_socket:  # another daemon on the same host (a shared one)
+        name += "-" + hashlib.sha256(t.remote_socket.encode()).hexdigest()[:8]
+    return control_path(t).with_name(name + ".sock")
 
 
 _FORWARDED: dict[Target, str] = {}  # this process: targets whose forward is known to be up
@@ -264,7 +272,15 @@ def ensure_forward(t: Target, *, force: bool = False) -> str | None:
         return None
     if not force and (t in _FORWARDED or fw.exists()):
         return str(fw)
-    r = subprocess.run(ssh_argv(t, remote_skyd(t, "daemon", "dial-stdio", "--socket-path")),
+    if t.remote_socket:
+        # A daemon shared by another user of the host: its socket is known; this user need
+        # not have skyd there (the forward goes straight to it). It is never started here.
+        sock = _remote_path(t.remote_socket)
+        script = f"if [ -S {sock} ]; then echo {sock}; else echo 'no shared skyd daemon " \
+                 f"listens on '{sock}' (its owner starts it)' >&2; exit 1; fi"
+    else:
+        script = remote_skyd(t, "daemon", "dial-stdio", "--socket-path")
+    r = subprocess.run(ssh_argv(t, script),
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
                        check=False)
     lines = r.stdout.strip().splitlines()
@@ -513,7 +529,12 @@ def dial_stdio(print_socket: bool = False) -> int:
     from skyd.sdk.transport import ensure_daemon
 
     sp = str(paths.socket_path())
-    if os.environ.get("SKYD_NO_AUTOSTART", "") not in ("", "0"):
+    if os.environ.get("SKYD_SHARED_DIAL"):  # another user's shared daemon: never start one
+        if not _answers(sp):
+            os.write(2, f"no shared skyd daemon answers on {sp} (its owner starts it: "
+                        f"skyd daemon start --shared-group GROUP)\n".encode())
+            return 1
+    elif os.environ.get("SKYD_NO_AUTOSTART", "") not in ("", "0"):
         # A daemon someone else runs (a pod's main process, skyd.cli.deploy_k8s): wait for
         # its socket rather than starting a second one beside it.
         import time

@@ -130,7 +130,18 @@ def upload(client: Any, payload: dict[str, Any]) -> dict[str, Any]:
                 client.put_file("/v1/uploads/blobs", body)
         tree = client.post("/v1/uploads/trees", man)["path"]
         path_map[_key(raw, base)] = tree
-    return {**payload, "path_map": path_map} if path_map else payload
+    if not path_map:
+        return payload
+    out = {**payload, "path_map": path_map}
+    over = payload.get("overrides")
+    if isinstance(over, dict) and isinstance(over.get("workdir"), str):
+        # --workdir DIR: the override names the uploaded copy (every place the daemon
+        # applies overrides then sees it, not a path of this machine).
+        env = {**os.environ, **{k: str(v) for k, v in (payload.get("env") or {}).items()}}
+        key = _key(_subst(over["workdir"], env), base)
+        if key in path_map:
+            out["overrides"] = {**over, "workdir": path_map[key]}
+    return out
 
 
 def _tar(blobs: dict[str, Path], which: list[str]) -> IO[bytes]:

@@ -109,8 +109,11 @@ def jobs_launch(task: str | os.PathLike[str] | None = None, *, command: str | No
     return str(_c().submit("jobs.launch", body))
 
 
-def jobs_queue(*, skip_finished: bool = False) -> list[dict[str, Any]]:
-    return list(_c().get("/v1/jobs", {"skip_finished": "1"} if skip_finished else None))
+def jobs_queue(*, skip_finished: bool = False, all_users: bool = False) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"skip_finished": "1"} if skip_finished else {}
+    if all_users:  # every user's of a shared daemon, not only yours
+        params["all_users"] = 1
+    return list(_c().get("/v1/jobs", params or None))
 
 
 def jobs_cancel(job_ids: list[int] | None = None, *, name: str | None = None,

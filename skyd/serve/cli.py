@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("-o", "--output", choices=("table", "json"), default="table")
     s.add_argument("--endpoint", action="store_true", help="print only the endpoint of NAME")
     s.add_argument("-v", "--verbose", action="store_true", help="with the autoscaler's last decision")
+    from skyd.cli.users import add_all_users_flag
+
+    add_all_users_flag(s)
     s.set_defaults(func=run_status)
 
     d = ss.add_parser("down", help="take services down (their replicas' clusters go)")
@@ -130,7 +133,10 @@ def run_status(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
 
     client = get_client()
-    rows = [client.get(f"/v1/services/{args.name}")] if args.name else client.get("/v1/services")
+    from skyd.cli import users
+
+    rows = ([client.get(f"/v1/services/{args.name}")] if args.name
+            else client.get("/v1/services", users.params(args)))
     if args.endpoint:
         if not args.name:
             from skyd.errors import InvalidSpecError
@@ -146,14 +152,14 @@ def run_status(args: argparse.Namespace) -> int:
     from skyd.cli.output import ago, print_table
 
     sys.stdout.write("Services\n")
-    print_table(rows, [
+    print_table(rows, users.columns(args, [
         ("NAME", "name"), ("VERSION", "version"), ("STATUS", "status"),
         ("REPLICAS", lambda s: f"{sum(r['status'] == 'READY' for r in s['replicas'])}/"
                                f"{len(s['replicas'])}"),
         ("ENDPOINT", "endpoint"), ("POLICY", "policy"),
         ("QPS", lambda s: (s.get("load_balancer") or {}).get("qps", "-")),
         ("UPTIME", lambda s: ago(s.get("created_at"))), ("REASON", "status_reason"),
-    ], empty="No services.")  # fmt: skip
+    ]), empty="No services.")  # fmt: skip
     reps = [r for s in rows for r in _replica_rows(s)]
     if reps:
         sys.stdout.write("\nReplicas\n")

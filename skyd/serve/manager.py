@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from skyd.daemon.owners import acting_as
 from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.serve import status as st
 from skyd.serve.controller import ServiceController
@@ -106,7 +107,8 @@ class ServeManager:
     async def resume_all(self) -> None:
         for svc in await self.db.services():
             self.log(svc["name"], "controller resumed after a daemon start")
-            self._start(svc["name"])
+            with acting_as(svc.get("user")):  # its replicas' clusters stay its owner's
+                self._start(svc["name"])
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Daemon shutdown: stop the controllers (rows stay: the next daemon resumes)."""

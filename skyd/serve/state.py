@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from skyd.daemon.owners import current_user
 from skyd.serve import status as st
 
 SERVICE_JSON = ("spec",)
@@ -29,8 +30,9 @@ class ServeDB:
                 return False
             await db.execute(
                 "INSERT INTO services (name, status, spec, created_at, endpoint, lb_port,"
-                " version, updated_at, status_reason) VALUES (?,?,?,?,?,?,?,?,?)",
-                (name, st.CONTROLLER_INIT, json.dumps(spec), now, endpoint, lb_port, 1, now, None))
+                " version, updated_at, status_reason, user) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (name, st.CONTROLLER_INIT, json.dumps(spec), now, endpoint, lb_port, 1, now, None,
+                 current_user()))
         return True
 
     async def get_service(self, name: str) -> dict[str, Any] | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from skyd.daemon.owners import current_user
+
 CREATING, READY = "CREATING", "READY"
 
 
@@ -15,8 +17,9 @@ async def record(store: Any, name: str, kind: str, *, persistent: bool, cluster:
     async with store.tx() as db:
         await db.execute(
             "INSERT INTO storage_buckets (name, store, persistent, cluster, source, status,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING",
-            (name, kind, int(persistent), cluster, source, CREATING, time.time()))
+            " created_at, user) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO NOTHING",
+            (name, kind, int(persistent), cluster, source, CREATING, time.time(),
+             current_user()))
 
 
 async def mark_ready(store: Any, name: str) -> None:

@@ -237,7 +237,7 @@ class AWSProvisioner(Provisioner):
                 ec2, tag=tag, name=name, num=req.num_nodes, instance_type=off.instance_type,
                 zone=zone, image=img, key_name=key_name, sg=gid, subnet=subnet, spot=req.use_spot,
                 disk_gb=req.disk_size or DEFAULT_DISK_GB, placement_group=pg,
-                labels={**(conf.get("labels") or {}), **dict(req.labels)}, ssh_user=ssh_user,
+                labels={**(conf.get("labels") or {}), **dict(req.tags())}, ssh_user=ssh_user,
                 iam_profile=_iam_profile(conf, name), public_ip=not conf.get("use_internal_ips"))
             have = made
             kind = "spot" if req.use_spot else "on-demand"

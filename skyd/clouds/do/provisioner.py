@@ -109,7 +109,7 @@ class DOProvisioner(VMProvisioner):
         api = await self.api()
         if public_key not in self._fp:
             self._fp[public_key] = await api.ensure_key(public_key)
-        tags = [cluster_tag(req.cluster_tag), *label_tags(req.labels)]
+        tags = [cluster_tag(req.cluster_tag), *label_tags(req.tags())]
         await api.call("POST", "/droplets", body={
             "name": name, "region": req.offering.region, "size": req.offering.instance_type,
             "image": self.image(req), "ssh_keys": [self._fp[public_key]],

@@ -126,7 +126,7 @@ def label_filter(tag: str) -> str:
 
 
 def labels(req: ProvisionRequest, rank: int) -> dict[str, str]:
-    out = {label_key(k): label_value(v) for k, v in req.labels}
+    out = {label_key(k): label_value(v) for k, v in req.tags()}
     out[CLUSTER_LABEL] = label_value(req.cluster_tag)
     out[RANK_LABEL] = str(rank)
     return out

@@ -19,6 +19,7 @@ from skyd.clouds.base import (
     NODE_RUNNING,
     NODE_TERMINATED,
     NODE_UNKNOWN,
+    USER_LABEL,
     ClusterHandle,
     LogFn,
     NodeHandle,
@@ -139,7 +140,7 @@ class KubeProvisioner(Provisioner):
         for r, name in enumerate(names):
             await self._create(api, "create_namespaced_pod", ns, config.with_pod_config(pods.pod_manifest(
                 name=name, tag=tag, rank=r, namespace=ns, image=image, cpus=cpus, memory_gib=mem,
-                gpu_key=gpu_key, gpus=gpus, terms=terms, spot=req.use_spot, labels=req.labels, service=svc),
+                gpu_key=gpu_key, gpus=gpus, terms=terms, spot=req.use_spot, labels=_labels(req), service=svc),
                 conf))
         log(f"Created {len(names)} pod(s) in {ctx}/{ns} ({off.instance_type}, image {image})")
         running = await self._wait_running(api, tag, names, where, nodes, cpus, mem, gpu_key, gpus,
@@ -400,3 +401,8 @@ class KubeProvisioner(Provisioner):
 
 
 __all__ = ["KubeProvisioner", "parse_shape"]
+
+
+def _labels(req: ProvisionRequest) -> tuple[tuple[str, str], ...]:
+    """The pod labels of the task, and skypilot-user as a valid label value."""
+    return tuple((k, pods.label_value(v) if k == USER_LABEL else v) for k, v in req.tags())

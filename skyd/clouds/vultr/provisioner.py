@@ -120,7 +120,8 @@ class VultrProvisioner(VMProvisioner):
         off = req.offering
         body: dict[str, Any] = {
             "region": off.region, "plan": off.instance_type, "label": name, "hostname": name,
-            "sshkey_id": [await api.ssh_key_id(public_key)], "tags": [f"skyd-cluster={req.cluster_tag}"],
+            "sshkey_id": [await api.ssh_key_id(public_key)], "tags": [f"skyd-cluster={req.cluster_tag}",
+                                                             *(f"{k}={v}" for k, v in req.tags())],
         }
         img = req.image_id or ""
         if img.isdigit() or not img:

@@ -1,0 +1,327 @@
+"""Who is asking, and what they own: one daemon shared by several Unix users.
+
+The daemon learns a caller's uid from the socket (SO_PEERCRED), never from the request
+body. Who may connect: the daemon's own user and, when the daemon is *shared*
+(``SKYD_SHARED_GROUP``: ``skyd daemon start --shared-group G``), every member of Unix group
+G. Who is an *admin* (acts on every user's objects): the daemon's own user and the members
+of ``SKYD_ADMIN_GROUP`` (root is a user like any other here).
+
+Every request, cluster, managed job, service and pool row records the user name that made
+it (column ``user``). Listings show the caller's own rows unless ``all_users=1``; a read of
+one named object and every mutation of another user's object are refused unless the
+caller is an admin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import grp
+import os
+import pwd
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from skyd.errors import NotFoundError, SkydError
+
+SHARED_GROUP_ENV = "SKYD_SHARED_GROUP"
+ADMIN_GROUP_ENV = "SKYD_ADMIN_GROUP"
+_TTL_S = 10.0  # group membership is looked up again after this long
+
+
+class NotYoursError(SkydError):
+    """An object of another user (HTTP 403)."""
+
+    http_status = 403
+
+
+@dataclass(frozen=True)
+class Caller:
+    uid: int
+    name: str
+    admin: bool
+
+
+CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("skyd_caller", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(user: str | None) -> Iterator[None]:
+    """Work started inside (tasks spawned here copy it) makes rows owned by ``user``: a
+    controller a restarted daemon resumes keeps creating its submitter's clusters."""
+    if not user:
+        yield
+        return
+    token = CALLER.set(Caller(-1, user, False))
+    try:
+        yield
+    finally:
+        CALLER.reset(token)
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def daemon_user() -> str:
+    return user_name(os.getuid())
+
+
+def current_user() -> str:
+    """The user a new row belongs to: the caller of the request being served, else (work
+    the daemon does by itself) the daemon's own user."""
+    c = CALLER.get()
+    return c.name if c is not None else daemon_user()
+
+
+def group_gid(name: str, what: str) -> int:
+    """The gid of group ``name`` (a name or a number); a clear error when there is none."""
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        if name.isdigit():
+            return int(name)
+        from skyd.errors import DaemonUnavailableError
+
+        raise DaemonUnavailableError(f"no Unix group {name!r} on this host ({what})",
+                                     field=what, hint="create it (groupadd) or name another"
+                                     ) from None
+
+
+def _in_group(uid: int, gid: int) -> bool:
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    if pw.pw_gid == gid:
+        return True
+    try:
+        return pw.pw_name in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+
+
+class Access:
+    """The daemon's access policy (read once at start from the environment)."""
+
+    def __init__(self, shared_group: str | None = None, admin_group: str | None = None) -> None:
+        self.uid = os.getuid()
+        shared = shared_group if shared_group is not None else os.environ.get(SHARED_GROUP_ENV)
+        admin = admin_group if admin_group is not None else os.environ.get(ADMIN_GROUP_ENV)
+        self.shared_gid = group_gid(shared, SHARED_GROUP_ENV) if shared else None
+        self.admin_gid = group_gid(admin, ADMIN_GROUP_ENV) if admin else None
+        self._cache: dict[int, tuple[float, Caller | None]] = {}
+
+    @property
+    def shared(self) -> bool:
+        return self.shared_gid is not None
+
+    def caller(self, uid: int | None) -> Caller | None:
+        """The caller at uid, or None when it may not use this daemon."""
+        if uid is None:
+            return None
+        hit = self._cache.get(uid)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < _TTL_S:
+            return hit[1]
+        c: Caller | None
+        if uid == self.uid:
+            c = Caller(uid, user_name(uid), True)
+        elif self.shared_gid is not None and _in_group(uid, self.shared_gid):
+            admin = self.admin_gid is not None and _in_group(uid, self.admin_gid)
+            c = Caller(uid, user_name(uid), admin)
+        else:
+            c = None
+        self._cache[uid] = (now, c)
+        return c
+
+
+# -- what each object is, where its owner is kept ----------------------------------------
+# kind -> (table, key column, how a user names it)
+KINDS: dict[str, tuple[str, str, str]] = {
+    "cluster": ("clusters", "name", "cluster"),
+    "job": ("managed_jobs", "id", "managed job"),
+    "service": ("services", "name", "service"),
+    "pool": ("job_pools", "name", "worker pool"),
+    "request": ("requests", "id", "request"),
+    "bucket": ("storage_buckets", "name", "bucket"),
+}
+
+
+async def owners_of(store: Any, kind: str, keys: list[Any] | None = None) -> dict[Any, str | None]:
+    """key -> owning user, for every object of ``kind`` (or those ``keys``)."""
+    table, col, _ = KINDS[kind]
+    sql = f"SELECT {col} AS k, user FROM {table}"
+    args: list[Any] = []
+    if keys is not None:
+        if not keys:
+            return {}
+        sql += f" WHERE {col} IN ({','.join('?' * len(keys))})"
+        args = list(keys)
+    try:
+        rows = await store.fetchall(sql, args)
+    except Exception as e:  # a table a feature has not created yet: nothing of that kind
+        if "no such table" in str(e):
+            return {}
+        raise
+    return {r["k"]: r["user"] for r in rows}
+
+
+def _mine(owner: str | None, caller: Caller) -> bool:
+    return (owner or daemon_user()) == caller.name
+
+
+async def check_owned(store: Any, caller: Caller | None, kind: str, keys: list[Any],
+                      verb: str) -> None:
+    """Refuse (NotYoursError) when any of ``keys`` is another user's and the caller is not
+    an admin. Objects that do not exist are the handler's to report."""
+    if caller is None or caller.admin or not keys:
+        return
+    owners = await owners_of(store, kind, keys)
+    for key in keys:
+        if key in owners and not _mine(owners[key], caller):
+            _, _, noun = KINDS[kind]
+            raise NotYoursError(
+                f"{noun} {key!r} belongs to user {owners[key] or daemon_user()}: "
+                f"{caller.name} may not {verb} it",
+                field=kind, hint="act on your own (list them: --all-users shows whose is whose); "
+                                 "the daemon's admin group may act on every user's")
+
+
+# -- mutations: which objects a verb's payload touches -----------------------------------
+def _names(payload: dict[str, Any], *keys: str) -> list[Any]:
+    out: list[Any] = []
+    for k in keys:
+        v = payload.get(k)
+        if isinstance(v, list):
+            out.extend(x for x in v if isinstance(x, (str, int)) and not isinstance(x, bool))
+        elif isinstance(v, (str, int)) and not isinstance(v, bool) and v != "":
+            out.append(v)
+    return out
+
+
+# verb -> (kind, payload keys naming the objects, whether `all: true` means every object)
+MUTATIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "launch": ("cluster", ("cluster_name",), False),
+    "exec": ("cluster", ("cluster_name",), False),
+    "cancel": ("cluster", ("cluster_name",), False),
+    "stop": ("cluster", ("clusters", "cluster_name"), True),
+    "start": ("cluster", ("clusters", "cluster_name"), True),
+    "down": ("cluster", ("clusters", "cluster_name"), True),
+    "autostop": ("cluster", ("clusters", "cluster_name"), True),
+    "jobs.cancel": ("job", ("ids",), True),
+    "serve.update": ("service", ("name",), False),
+    "serve.down": ("service", ("names",), True),
+    "jobs.pool_apply": ("pool", ("name",), False),
+    "jobs.pool_down": ("pool", ("names",), True),
+    "jobs.launch": ("pool", ("pool",), False),  # submitting to another user's worker pool
+    "storage.delete": ("bucket", ("names",), True),
+}
+_ALL_KEY = {"cluster": "clusters", "job": "ids", "service": "names", "pool": "names",
+            "bucket": "names"}
+
+
+async def check_mutation(store: Any, caller: Caller | None, verb: str,
+                         payload: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a mutation of another user's object; the payload to run (``all`` of a
+    non-admin becomes the list of the caller's own objects)."""
+    payload = dict(payload)
+    everyone = payload.pop("all_users", None) is True  # -a -u
+    spec = MUTATIONS.get(verb)
+    if spec is None or caller is None:
+        return payload
+    kind, keys, has_all = spec
+    if has_all and payload.get("all") is True and not _names(payload, *keys):
+        owners = await owners_of(store, kind)
+        if all(_mine(u, caller) for u in owners.values()):
+            return payload  # nobody else's (one user's daemon): `all` as it always was
+        if everyone and not caller.admin:
+            raise NotYoursError(f"{caller.name} may not act on every user's {KINDS[kind][2]}s",
+                                field="all_users", hint="leave out -u (-a is all of yours), "
+                                                        "or ask a member of the admin group")
+        if everyone:
+            return payload
+        own = [k for k, u in owners.items() if _mine(u, caller)]
+        if kind == "job":
+            own = await _active_jobs(store, own)
+        if not own:
+            raise NotFoundError(f"{caller.name} has no {KINDS[kind][2]}s here",
+                                field="all", hint="--all-users lists every user's")
+        return {**payload, "all": False, _ALL_KEY[kind]: own}
+    if caller.admin:
+        return payload
+    named = _names(payload, *keys)
+    if kind == "job" and payload.get("name"):
+        rows = await store.fetchall("SELECT id FROM managed_jobs WHERE name = ?",
+                                    (payload["name"],))
+        named += [r["id"] for r in rows]
+    if kind == "job":
+        named = [int(n) for n in named if str(n).isdigit()]
+    await check_owned(store, caller, kind, named, verb.replace(".", " ").replace("_", " "))
+    return payload
+
+
+async def _active_jobs(store: Any, ids: list[Any]) -> list[Any]:
+    if not ids:
+        return []
+    rows = await store.fetchall(
+        f"SELECT id FROM managed_jobs WHERE id IN ({','.join('?' * len(ids))}) AND status NOT IN"
+        " ('SUCCEEDED', 'CANCELLED', 'FAILED', 'FAILED_SETUP', 'FAILED_PRECHECKS',"
+        " 'FAILED_NO_RESOURCE', 'FAILED_CONTROLLER')", ids)
+    return [r["id"] for r in rows]
+
+
+# -- reads: listings filtered, named objects checked -------------------------------------
+# route path -> (kind, the row field holding the key)
+LISTINGS: dict[str, tuple[str, str]] = {
+    "/v1/status": ("cluster", "name"),
+    "/v1/jobs": ("job", "id"),
+    "/v1/services": ("service", "name"),
+    "/v1/pools": ("pool", "name"),
+    "/v1/storage": ("bucket", "name"),
+}
+# route path -> (kind, the route's match_info key)
+NAMED: dict[str, tuple[str, str]] = {
+    "/v1/clusters/{cluster}/queue": ("cluster", "cluster"),
+    "/v1/clusters/{cluster}/logs": ("cluster", "cluster"),
+    "/v1/clusters/{cluster}/jobs/{job_id}/logs": ("cluster", "cluster"),
+    "/v1/clusters/{cluster}/addresses": ("cluster", "cluster"),
+    "/v1/jobs/{id}": ("job", "id"),
+    "/v1/jobs/{id}/logs": ("job", "id"),
+    "/v1/services/{name}": ("service", "name"),
+    "/v1/services/{name}/logs": ("service", "name"),
+    "/v1/pools/{name}/logs": ("pool", "name"),
+}
+
+
+def wants_all(query: Any) -> bool:
+    return str(query.get("all_users", "0")).lower() not in ("0", "false", "")
+
+
+async def filter_listing(store: Any, caller: Caller | None, path: str, rows: Any,
+                         all_users: bool) -> Any:
+    """A listing's rows with a ``user`` field each; only the caller's own unless
+    ``all_users``."""
+    spec = LISTINGS.get(path)
+    if spec is None or not isinstance(rows, list):
+        return rows
+    kind, field = spec
+    owners = await owners_of(store, kind)
+    out = []
+    for r in rows:
+        if not isinstance(r, dict):
+            out.append(r)
+            continue
+        owner = owners.get(r.get(field)) or daemon_user()
+        if all_users or caller is None or owner == caller.name:
+            out.append({**r, "user": owner})
+    return out
+
+
+__all__ = ["Access", "CALLER", "Caller", "NotYoursError", "check_mutation", "check_owned",
+           "current_user", "filter_listing", "wants_all"]
