@@ -1,19 +1,24 @@
 """Bucket file mounts with image_id docker:<image> on `local` (moto's S3 on 127.0.0.1,
 real podman): COPY mounts at an absolute path and under ~ are visible inside the task's
-container at the paths the task names; MOUNT is refused before anything is made."""
+container at the paths the task names; MOUNT and MOUNT_CACHED (rclone on the node, shared
+into the container) read and write the bucket from inside, and `down` leaves no mount."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from skyd.transports.fuse import bind_mounts_under, fuse_mounts_under
 from tests.fakes import containers as fc
 from tests.fakes.awsproxy import start_moto
 from tests.test_aws_support import CREDS, REGION
-from tests.test_pipeline_support import Env, cli, module_env, write
+from tests.test_pipeline_support import Env, module_env, write
 
 pytestmark = pytest.mark.skipif(fc.missing() is not None, reason=str(fc.missing()))
 
@@ -45,7 +50,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, moto: str) -> Iterator[Env]:
     assert left == [], left
 
 
-def test_copy_buckets_are_visible_in_the_container_and_mount_is_refused(
+def test_copy_buckets_are_visible_in_the_container(
         env: Env, s3: Any, tmp_path: Path) -> None:
     s3.create_bucket(Bucket="skyd-ctr-src")
     s3.put_object(Bucket="skyd-ctr-src", Key="data/a.txt", Body=b"alpha\n")
@@ -56,9 +61,62 @@ def test_copy_buckets_are_visible_in_the_container_and_mount_is_refused(
     r = env.ok("launch", "-c", "ctr-s3", "-y", str(y), timeout=180)
     assert r.stdout.count("alpha") == 2, r.stdout + r.stderr
     env.ok("down", "-y", "ctr-s3", timeout=120)
+
+
+def _fuse_problem() -> str | None:
+    if shutil.which("rclone") is None:
+        return "rclone is not installed"
+    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
+        return "fusermount3 is not installed"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not usable here"
+    return None
+
+
+def _get(s3: Any, bucket: str, key: str) -> bytes | None:
+    try:
+        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def _poll(fn: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.2)
+    return fn()
+
+
+@pytest.mark.skipif(_fuse_problem() is not None, reason=str(_fuse_problem()))
+def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: Any, tmp_path: Path) -> None:
+    s3.create_bucket(Bucket="skyd-ctr-mnt")
+    s3.put_object(Bucket="skyd-ctr-mnt", Key="in/hello.txt", Body=b"from-the-bucket\n")
     y = write(tmp_path / "m.yaml",
               f"resources:\n  infra: local\n  image_id: docker:{fc.PY_IMAGE}\n"
-              "file_mounts:\n  /ckpt:\n    source: s3://skyd-ctr-src\n    mode: MOUNT\nrun: echo never\n")
-    r = cli("launch", "-c", "ctr-s3m", "-y", str(y), timeout=120)
-    assert r.returncode == 2 and "file_mounts./ckpt" in r.stderr and "mode: COPY" in r.stderr, r.stderr
-    assert env.status("ctr-s3m") is None
+              "file_mounts:\n"
+              "  /ckpt:\n    source: s3://skyd-ctr-mnt\n    mode: MOUNT\n"
+              "  ~/c:\n    source: s3://skyd-ctr-mnt/in\n    mode: MOUNT_CACHED\n"
+              "run: |\n"
+              "  test -f /run/.containerenv && echo in-container\n"
+              "  cat /ckpt/in/hello.txt ~/c/hello.txt\n"
+              "  mkdir -p /ckpt/out && echo written-in-container > /ckpt/out/r.txt\n"
+              "  echo cached-in-container > ~/c/cached.txt\n")
+    r = env.ok("launch", "-c", "ctr-mnt", "-y", str(y), timeout=240)
+    out = r.stdout + r.stderr
+    assert "in-container" in out and out.count("from-the-bucket") == 2, out
+    assert "(MOUNT, rclone)" in out and "(MOUNT_CACHED, rclone)" in out, out
+    assert _get(s3, "skyd-ctr-mnt", "out/r.txt") == b"written-in-container\n"
+    assert _poll(lambda: _get(s3, "skyd-ctr-mnt", "in/cached.txt")) == b"cached-in-container\n"
+    # a second job (exec) in the same container sees the bucket too
+    r = env.ok("exec", "ctr-mnt", "ls /ckpt/out && echo late > ~/c/late.txt", timeout=120)
+    assert "r.txt" in r.stdout, r.stdout + r.stderr
+    cdir = env.cluster_dir("ctr-mnt")
+    assert len(fuse_mounts_under(cdir)) == 2
+    env.ok("down", "-y", "ctr-mnt", timeout=180)
+    assert _get(s3, "skyd-ctr-mnt", "in/late.txt") == b"late\n"  # uploaded before the unmount
+    assert fuse_mounts_under(env.home) == [] and bind_mounts_under(env.home) == []
+    assert _get(s3, "skyd-ctr-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
+    assert fc.bound_under(env.home) == []

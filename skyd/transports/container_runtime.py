@@ -78,6 +78,10 @@ class ContainerSpec:
     rank: int = 0
     runtime: list[str] = field(default_factory=list)  # argv prefix found on the node
     stage_dir: str = ""  # a bound dir (the node dir) where files for unbound paths wait
+    # node paths where bucket MOUNTs land after the container started: each is made a shared
+    # mount on the node (a bind onto itself) and bound with rslave propagation, so the FUSE
+    # mount made there later shows inside the container
+    shared: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -107,6 +111,7 @@ class ContainerRequest:
     gpu_vendor: str | None = None
     gpu_count: float = 0
     login: RegistryLogin | None = field(default=None, repr=False, compare=False)
+    fuse_mounts: tuple[str, ...] = ()  # bucket MOUNT/MOUNT_CACHED destinations (any form)
 
     def spec(self, *, rank: int, cluster_tag: str = "", node_dir: str, home: str,
              resolve: Callable[[str], str] | None = None, extra_binds: Sequence[str] = ()) -> ContainerSpec:
@@ -117,13 +122,25 @@ class ContainerRequest:
         for p in (home, node_dir, *extra_binds):
             if p and not any(p == b[1] or p.startswith(b[1].rstrip("/") + "/") for b in binds):
                 binds.append((p, p))
+        shared: list[str] = []
         for dst in self.mounts:
-            binds.append((str(resolve(dst)) if resolve else dst, dst))
+            src = str(resolve(dst)) if resolve else dst
+            binds.append((src, dst))
+            if dst in self.fuse_mounts:
+                shared.append(src)
+        for dst in self.fuse_mounts:
+            if dst.startswith("/"):
+                continue
+            # ~/x or x: under the bound HOME, which the container sees at the same path
+            rel = dst[2:] if dst.startswith("~/") else "" if dst == "~" else dst
+            src = str(resolve(dst)) if resolve else posixpath.normpath(posixpath.join(home, rel))
+            binds.append((src, src))
+            shared.append(src)
         return ContainerSpec(image=self.image, name=container_name(cluster_tag, rank), binds=binds,
                              env={"HOME": home} if home else {}, gpu_vendor=self.gpu_vendor,
                              gpu_count=self.gpu_count, run_options=list(self.run_options),
                              auth_dir=posixpath.join(node_dir, ".registry"), cluster_tag=cluster_tag,
-                             rank=rank, stage_dir=node_dir)
+                             rank=rank, stage_dir=node_dir, shared=shared)
 
 
 def container_name(cluster_tag: str, rank: int) -> str:
@@ -131,16 +148,28 @@ def container_name(cluster_tag: str, rank: int) -> str:
     return f"skyd-{safe}-{rank}"
 
 
-def gpu_flags(kind: str, vendor: str | None) -> list[str]:
-    """``run`` flags that give the container the node's GPUs."""
+def gpu_flags(kind: str, vendor: str | None, gids: Sequence[str] = ()) -> list[str]:
+    """``run`` flags that give the container the node's GPUs. ``gids``: the numeric groups
+    owning the node's AMD device files (``/dev/kfd``, ``/dev/dri/renderD*``); the runtime
+    resolves group NAMES in the image's /etc/group, where ``render`` is often missing (the
+    run would fail: "unable to find group render"), so the node's numbers are used when known."""
     if vendor == "nvidia":
         # docker: the NVIDIA container toolkit's hook; podman: its CDI spec (nvidia-ctk cdi generate).
         return ["--gpus", "all"] if kind == "docker" else ["--device", "nvidia.com/gpu=all"]
     if vendor == "amd":
         # https://rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/docker.html
-        return ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video",
-                "--group-add", "render", "--ipc", "host", "--security-opt", "seccomp=unconfined"]
+        groups = [g for g in dict.fromkeys(gids) if g.isdigit() and g != "0"] or ["video", "render"]
+        return ["--device", "/dev/kfd", "--device", "/dev/dri",
+                *[a for g in groups for a in ("--group-add", g)],
+                "--ipc", "host", "--security-opt", "seccomp=unconfined"]
     return []
+
+
+async def amd_device_gids(t: Transport) -> list[str]:
+    """The groups that own the node's /dev/kfd and render nodes (video/render there)."""
+    res = await t.run(["sh", "-c", "stat -c %g /dev/kfd /dev/dri/renderD* 2>/dev/null; true"],
+                      timeout=30, idempotent=True)
+    return [w for w in res.stdout.split() if w.isdigit()]
 
 
 # -- the node's runtime --------------------------------------------------------------------
@@ -384,16 +413,19 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
             "--label", f"{LABEL_CLUSTER}={spec.cluster_tag}", "--label", f"{LABEL_RANK}={spec.rank}",
             "--network", "host", "--pid", "host", "--entrypoint", "/bin/sh"]
     for src, dst in spec.binds:
-        args += ["-v", f"{src}:{dst}"]
+        args += ["-v", f"{src}:{dst}:rslave" if src in spec.shared else f"{src}:{dst}"]
     for k, v in spec.env.items():
         args += ["-e", f"{k}={v}"]
-    args += gpu_flags(spec.kind, spec.gpu_vendor)
+    args += gpu_flags(spec.kind, spec.gpu_vendor,
+                      await amd_device_gids(t) if spec.gpu_vendor == "amd" else ())
     # PID 1 first writes whether the image can run the agent (python3, bash) into the bound
     # node dir (read by check_inside without another exec), then only sleeps.
     probe = f"( {_CHECK} ) > {shlex.quote(_check_file(spec))} 2>&1; " if spec.auth_dir else ""
     tail = [*spec.run_options, spec.image, "-c", probe + _KEEPALIVE]
     await t.run(["mkdir", "-p", *[src for src, _ in spec.binds], *([spec.auth_dir] if spec.auth_dir else [])],
                 check=True, timeout=60)
+    if spec.shared:
+        await share_binds(t, spec)
     tries: list[tuple[int, int] | None] = [None]
     if spec.kind == "podman":
         tries = list(limits or await _node_ulimits(t))
@@ -435,12 +467,65 @@ async def _nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
             " give the container its GPUs")
 
 
+# Bucket MOUNT inside a container: each destination's node path becomes a mount point of
+# its own (a bind onto itself) in a shared peer group, bound into the container with rslave
+# propagation: rclone's FUSE mount made there afterwards (skyd.storage.rclone, on the node)
+# shows inside, and its unmount too. The node's own mounts stay private (only these paths
+# change). A rootful runtime is needed: rootless podman's mount namespace is a slave of
+# nothing the node can share into. args: the node paths; env KIND (docker|podman).
+_SHARE = r"""
+if [ "$(id -u)" = 0 ]; then S=""; elif [ "$KIND" = docker ] && sudo -n true 2>/dev/null; then S="sudo -n"
+else echo NOROOT; exit 0; fi
+for p in "$@"; do
+  mkdir -p "$p" 2>/dev/null || $S mkdir -p "$p" || { echo "FAILED mkdir $p"; exit 0; }
+  if ! awk -v p="$p" '$5 == p {f=1} END {exit !f}' /proc/self/mountinfo; then
+    $S mount --bind "$p" "$p" 2>&1 || { echo "FAILED mount --bind $p"; exit 0; }
+  fi
+  $S mount --make-shared "$p" 2>&1 || { echo "FAILED mount --make-shared $p"; exit 0; }
+done
+echo OK
+"""
+
+# the undo, after the container is gone (a FUSE mount still there goes too: lazily)
+_UNSHARE = r"""
+if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else exit 0; fi
+for p in "$@"; do
+  i=0
+  while [ $i -lt 4 ] && awk -v p="$p" '$5 == p {f=1} END {exit !f}' /proc/self/mountinfo; do
+    $S umount -l "$p" 2>/dev/null || break; i=$((i+1))
+  done
+done
+true
+"""
+
+
+async def share_binds(t: Transport, spec: ContainerSpec) -> None:
+    res = await t.run(["sh", "-c", _SHARE, "sh", *spec.shared], env={"KIND": spec.kind}, timeout=60)
+    word = (res.stdout.strip().splitlines() or ["?"])[-1]
+    if word == "OK":
+        return
+    if word == "NOROOT":
+        raise _err("a bucket mounted with mode MOUNT/MOUNT_CACHED inside a container image needs a"
+                   f" rootful {spec.kind or 'runtime'} on the node (root, or docker with passwordless"
+                   " sudo): the mount is made on the node and shared into the container",
+                   "use mode: COPY for that file mount, or log in to the node as root")
+    raise _err(f"could not share the bucket mount points into the container: {word} "
+               f"{res.stderr.strip()[-200:]}".strip(), "use mode: COPY for that file mount")
+
+
+async def unshare_binds(t: Transport, spec: ContainerSpec) -> None:
+    if spec.shared:
+        await t.run(["sh", "-c", _UNSHARE, "sh", *spec.shared], timeout=120)
+
+
 async def remove(t: Transport, spec: ContainerSpec) -> None:
-    """Remove the container (running or not) and the cluster's registry credentials."""
+    """Remove the container (running or not), its shared mount points and the cluster's
+    registry credentials."""
     if not spec.runtime:
         return
     await _rt(t, spec, ["rm", "-f", "-t", "5", spec.name] if spec.kind == "podman" else ["rm", "-f", spec.name],
               timeout=120)
+    await unshare_binds(t, spec)
     if spec.auth_dir:
         await t.run(["rm", "-rf", spec.auth_dir], timeout=60)
 
@@ -510,7 +595,8 @@ async def check_gpus(t: Transport, spec: ContainerSpec) -> None:
     if spec.gpu_vendor == "nvidia":
         probe = "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"
     else:
-        probe = "ls /dev/dri/renderD* 2>/dev/null | wc -l; test -e /dev/kfd || echo 0 >&2"
+        # ROCm needs both: the compute interface (kfd) and one render node per GPU
+        probe = "if [ -e /dev/kfd ]; then ls /dev/dri/renderD* 2>/dev/null | wc -l; else echo 0; fi"
     res = await t.run(await exec_argv(spec, ["/bin/sh", "-c", probe]), timeout=60)
     seen = int((res.stdout.split() or ["0"])[0]) if (res.stdout.split() or ["0"])[0].isdigit() else 0
     if seen < spec.gpu_count:
@@ -536,6 +622,8 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
     if st == "running":
         return spec
     if st != "-":
+        if spec.shared:  # stop/down of the node's mounts undid them: before runc binds again
+            await share_binds(t, spec)
         res = await _rt(t, spec, ["start", spec.name], timeout=120)
         if res.ok:
             log(f"{label}: container {spec.name} started again")
