@@ -6,15 +6,22 @@ into the container) read and write the bucket from inside, and `down` leaves no 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from skyd.errors import SkydError
+from skyd.transports import container_runtime as crt
+from skyd.transports.base import RunResult, command_line
 from skyd.transports.fuse import bind_mounts_under, fuse_mounts_under
+from skyd.transports.local import LocalTransport
 from tests.fakes import containers as fc
 from tests.fakes.awsproxy import start_moto
 from tests.test_aws_support import CREDS, REGION
@@ -61,6 +68,14 @@ def test_copy_buckets_are_visible_in_the_container(
     r = env.ok("launch", "-c", "ctr-s3", "-y", str(y), timeout=180)
     assert r.stdout.count("alpha") == 2, r.stdout + r.stderr
     env.ok("down", "-y", "ctr-s3", timeout=120)
+
+
+def _user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
 
 
 def _fuse_problem() -> str | None:
@@ -120,3 +135,32 @@ def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: 
     assert fuse_mounts_under(env.home) == [] and bind_mounts_under(env.home) == []
     assert _get(s3, "skyd-ctr-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
     assert fc.bound_under(env.home) == []
+
+
+class _AsUser(LocalTransport):
+    """This machine as a node where skyd logs in as an unprivileged user (rootless podman)."""
+
+    def __init__(self, node_dir: str, user: str) -> None:
+        super().__init__(node_dir)
+        self.user = user
+
+    async def run(self, cmd: Any, *, input: Any = None, check: bool = False, timeout: float | None = None,
+                  env: dict[str, str] | None = None, idempotent: bool = False) -> RunResult:
+        p = await anyio.run_process(["runuser", "-u", self.user, "--", "/bin/sh", "-c", command_line(cmd, env)],
+                                    check=False, cwd="/")
+        return RunResult(p.returncode, p.stdout.decode(), p.stderr.decode())
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None or not _user("skydtest"),
+                    reason="needs root, runuser and the skydtest user")
+def test_mount_in_a_rootless_container_is_one_message_naming_the_fix(tmp_path: Path) -> None:
+    d = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="skyd-rootless-"))
+    try:
+        shutil.chown(d, "skydtest")
+        spec = crt.ContainerSpec(image="x", name="skyd-x-0", runtime=["/usr/bin/podman"], shared=[str(d / "ckpt")])
+        with pytest.raises(SkydError) as ei:
+            anyio.run(crt.share_binds, _AsUser(str(d), "skydtest"), spec)
+        assert "rootful podman" in ei.value.message and "mode: COPY" in (ei.value.hint or "")
+        assert bind_mounts_under(d) == []  # nothing half-made
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,7 +1,7 @@
 """How image_id docker:<image> is routed before anything is made: the provider gets its
 default VM image plus a container request (AWS never looks `docker:...` up as an AMI), the
-per-region form picks the region's entry, pod infras keep the image as the pod's, Slurm is
-refused with the field and the fix, bucket MOUNTs become binds shared into the container,
+per-region form picks the region's entry, pod infras keep the image as the pod's, Slurm gets
+a request for its own runtime (machine images stay refused there), bucket MOUNTs become binds shared into the container,
 SkyPilot's registry variables and `docker.run_options` are read from the task."""
 
 from __future__ import annotations
@@ -70,14 +70,17 @@ def test_per_region_docker_image_and_amd_vendor() -> None:
     assert req.container.gpu_vendor == "amd" and req.image_id is None
 
 
-def test_slurm_is_refused_with_the_field() -> None:
+def test_slurm_gets_a_container_request_for_its_own_runtime() -> None:
     t = task({"resources": {"image_id": "docker:ubuntu:22.04"}})
+    keep = provision.supported_choices(Ctx(), t, "c", [choice("slurm"), choice("local")])
+    assert [c.offering.cloud for c in keep] == ["slurm", "local"]
+    req = provision.build_request(t, "c", "c-1", choice("slurm"))
+    assert req.container is not None and req.container.image == "ubuntu:22.04" and req.image_id is None
+    # a machine image stays refused there (Slurm nodes have the cluster's own OS)
+    t = task({"resources": {"image_id": "ami-123"}})
     with pytest.raises(InvalidSpecError) as ei:
         provision.supported_choices(Ctx(), t, "c", [choice("slurm")])
-    assert "container images" in ei.value.message and "slurm" in ei.value.message
     assert ei.value.field == "resources.image_id"
-    keep = provision.supported_choices(Ctx(), t, "c", [choice("slurm"), choice("local")])
-    assert [c.offering.cloud for c in keep] == ["local"]
 
 
 def test_bucket_mounts_become_shared_binds_with_rslave_propagation() -> None:

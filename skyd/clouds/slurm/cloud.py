@@ -78,7 +78,8 @@ def offerings_from(facts: dict[str, Any]) -> list[Offering]:
 
 class SlurmCloud(Cloud):
     name = "slurm"
-    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "docker_image", "labels"})
+    # docker_image: through pyxis/enroot or apptainer when the cluster has one (containers.py)
+    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "labels"})
     config_keys = frozenset({"slurm.sbatch_options", "slurm.clusters"})
     check_ttl_s = 300.0
 

@@ -136,6 +136,10 @@ class SlurmProvisioner(Provisioner):
         jobdir = posixpath.join(base, "slurm", tag)
         pyz = posixpath.join(base, f"agent-{sha}.pyz")
         found = await self.find_job(t, tag)
+        wrap: list[str] = []
+        srun_flags: list[str] = []
+        if found is None and req.container is not None:
+            wrap, srun_flags = await self._container(t, cl.name, req.container, base, log)
         if found is None:
             res = await t.run(f"mkdir -p {q(jobdir)} && chmod 700 {q(base)} {q(jobdir)} && "
                               f"(test -f {q(pyz)} && echo have || true)", check=True, idempotent=True)  # fmt: skip
@@ -150,7 +154,7 @@ class SlurmProvisioner(Provisioner):
                 await t.write_file(posixpath.join(jobdir, name), data, mode=0o600)
             await t.write_file(posixpath.join(jobdir, "node.sh"), scripts.node_script(
                 base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha,
-                accelerator=req.offering.accelerator).encode(), mode=0o700)
+                accelerator=req.offering.accelerator, wrap=wrap).encode(), mode=0o700)
             gres = None
             off = req.offering
             if off.accelerator and off.accelerator_count:
@@ -159,7 +163,8 @@ class SlurmProvisioner(Provisioner):
                 gres = f"gpu:{typ}:{n}" if typ else f"gpu:{n}"
             script = scripts.job_script(tag=tag, num_nodes=req.num_nodes, partition=partition, gres=gres,
                                         cpus=None, options=options, jobdir=jobdir,
-                                        nodes_glob=posixpath.join(base, "nodes", tag + "-"))  # fmt: skip
+                                        nodes_glob=posixpath.join(base, "nodes", tag + "-"),
+                                        srun_flags=srun_flags)  # fmt: skip
             await t.write_file(posixpath.join(jobdir, "job.sh"), script.encode(), mode=0o700)
             await t.run(["rm", "-f", posixpath.join(jobdir, "release")], idempotent=True, timeout=30)
             res = await t.run(["sbatch", "--parsable", posixpath.join(jobdir, "job.sh")], timeout=60)
@@ -193,6 +198,26 @@ class SlurmProvisioner(Provisioner):
             cpus=off.vcpus or None, memory_gib=off.memory_gib or None,
             extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base}, tag=tag,
         )
+
+    async def _container(self, t: SSHTransport, cluster: str, want: Any, base: str,
+                         log: LogFn) -> tuple[list[str], list[str]]:
+        """image_id docker:<img>: (node.sh's agent prefix, the srun step's flags) for the
+        container runtime the cluster offers; none is one message before anything is made."""
+        from skyd.clouds.slurm import containers
+
+        res = await t.run(containers.PROBE, timeout=60, idempotent=True)
+        kind = containers.choose(res.stdout)
+        if kind is None:
+            msg, hint = containers.none_message(cluster, want.image)
+            raise ResourcesUnavailableError(msg, scope="region", provider_message=msg,  # type: ignore[arg-type]
+                                            hint=hint)
+        if want.login is not None:
+            log(containers.registry_note(want.image))
+        binds = [base, *want.mounts]
+        log(f"slurm/{cluster}: the task runs in {want.image} ({'pyxis/enroot' if kind == 'pyxis' else kind})")
+        if kind == "pyxis":
+            return [], containers.pyxis_flags(want.image, binds)
+        return containers.apptainer_prefix(kind, want.image, binds, want.gpu_vendor), []
 
     async def _wait_running(self, t: SSHTransport, tag: str, job_id: str, log: LogFn,
                             on_status: Callable[[str], Awaitable[None]] | None = None) -> None:  # fmt: skip

@@ -10,6 +10,7 @@ Layout on the cluster's shared file system (the login user's home):
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from skyd.fsutil import REMOTE_SRC
 from skyd.transports import agent_scripts
@@ -69,11 +70,14 @@ print("removed")
 """
 
 
-def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str, accelerator: str | None = None) -> str:
+def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str, accelerator: str | None = None,
+                wrap: Sequence[str] = ()) -> str:
     """Run on every allocated node by the job's srun step: the agent, in the foreground (so
     Slurm's process tracking sees it and everything it starts). The agent schedules on what
     Slurm allocated on the node: ``$SLURM_CPUS_ON_NODE`` CPUs and ``$SLURM_GPUS_ON_NODE`` GPUs
-    of ``accelerator`` (devices renumbered 0..n-1 as the job sees them)."""
+    of ``accelerator`` (devices renumbered 0..n-1 as the job sees them). ``wrap``: the argv
+    that runs the agent in the task's image (apptainer/singularity; skyd.clouds.slurm.containers)."""
+    prefix = shlex.join(wrap) + " " if wrap else ""
     gpus = ""
     if accelerator:
         gpus = f'[ -n "${{SLURM_GPUS_ON_NODE:-}}" ] && res+=(--gpus {q(accelerator)}:"$SLURM_GPUS_ON_NODE")\n'
@@ -97,13 +101,15 @@ fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
 {gpus}cd "$nd"
-exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
+exec {prefix}python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
   --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
 """
 
 
 def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | None,
-               cpus: int | None, options: dict[str, str], jobdir: str, nodes_glob: str) -> str:  # fmt: skip
+               cpus: int | None, options: dict[str, str], jobdir: str, nodes_glob: str,
+               srun_flags: Sequence[str] = ()) -> str:  # fmt: skip
+    """``srun_flags``: the step's container options (pyxis; skyd.clouds.slurm.containers)."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name={q('skyd-' + tag)}", f"#SBATCH --nodes={num_nodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={q(jobdir + '/slurm-%j.out')}"]  # fmt: skip
     if partition:
@@ -114,7 +120,8 @@ def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | N
         lines.append(f"#SBATCH --cpus-per-task={int(cpus)}")
     for k, v in options.items():
         lines.append(f"#SBATCH --{k}" + (f"={q(v)}" if v != "" else ""))
-    lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0 /bin/bash {q(jobdir + '/node.sh')}")
+    extra = "".join(f" {q(f)}" for f in srun_flags)
+    lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0{extra} /bin/bash {q(jobdir + '/node.sh')}")
     # The agents exited. Unless they stopped on purpose (autostop: stopped.json), keep the
     # allocation a minute so the daemon's srun --overlap step can still clean every node.
     lines.append(f"for i in $(seq 60); do [ -e {q(jobdir + '/release')} ] && break; "
