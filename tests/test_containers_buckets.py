@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -164,3 +165,30 @@ def test_mount_in_a_rootless_container_is_one_message_naming_the_fix(tmp_path: P
         assert bind_mounts_under(d) == []  # nothing half-made
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (shared mount points)")
+def test_leak_pass_by_label_removes_the_container_and_its_shared_mount_points(tmp_path: Path) -> None:
+    # a daemon killed mid-launch leaves only the label to go by (an SSH pool's forget)
+    fc.python_image()
+    nd = tmp_path / "node"
+    nd.mkdir()
+    tag = f"leak-{os.getpid()}"
+    spec = crt.ContainerSpec(image=fc.PY_IMAGE, name=crt.container_name(tag, 0), binds=[(str(nd), str(nd)),
+                             (str(nd / "ckpt"), "/ckpt")], auth_dir=str(nd / ".registry"), cluster_tag=tag,
+                             stage_dir=str(nd), shared=[str(nd / "ckpt")])
+
+    async def main() -> list[str]:
+        t = LocalTransport(nd)
+        s = await crt.ensure(t, spec, lambda _m: None, want="podman")
+        assert bind_mounts_under(nd) == [str(nd / "ckpt")]
+        assert await crt.remove_tagged(t, tag, s.runtime) == 1
+        return (await t.run([*s.runtime, "ps", "-aq", "--filter", f"label=skyd-cluster={tag}"])).stdout.split()
+
+    try:
+        assert anyio.run(main) == []
+        assert bind_mounts_under(nd) == []
+    finally:
+        fc.remove_bound_under(tmp_path)
+        for mp in bind_mounts_under(tmp_path):
+            subprocess.run(["umount", "-l", mp], check=False)

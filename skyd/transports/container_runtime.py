@@ -28,6 +28,7 @@ Image references, credentials and the meaning of a registry's errors are in
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -54,6 +55,7 @@ LogFn = Callable[[str], None]
 
 LABEL_CLUSTER = "skyd-cluster"
 LABEL_RANK = "skyd-rank"
+LABEL_SHARED = "skyd-shared"  # the node paths shared into the container (bucket MOUNTs)
 PULL_TIMEOUT_S = 3600.0
 # What keeps the container alive: PID 1 of the container, ended by `stop` (TERM).
 _KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
@@ -412,6 +414,8 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
     args = ["run", "-d", "--name", spec.name,
             "--label", f"{LABEL_CLUSTER}={spec.cluster_tag}", "--label", f"{LABEL_RANK}={spec.rank}",
             "--network", "host", "--pid", "host", "--entrypoint", "/bin/sh"]
+    if spec.shared:  # what the leak pass must unbind when only the label is left to go by
+        args += ["--label", f"{LABEL_SHARED}={json.dumps(spec.shared)}"]
     for src, dst in spec.binds:
         args += ["-v", f"{src}:{dst}:rslave" if src in spec.shared else f"{src}:{dst}"]
     for k, v in spec.env.items():
@@ -541,7 +545,16 @@ async def remove_tagged(t: Transport, cluster_tag: str, runtime: Sequence[str]) 
     res = await _rt(t, spec, ["ps", "-aq", "--filter", f"label={LABEL_CLUSTER}={cluster_tag}"], timeout=60)
     ids = res.stdout.split()
     if ids:
+        fmt = f'{{{{index .Config.Labels "{LABEL_SHARED}"}}}}'
+        labels = await _rt(t, spec, ["inspect", "--format", fmt, *ids], timeout=60)
         await _rt(t, spec, ["rm", "-f", *ids], timeout=120)
+        for line in labels.stdout.splitlines():
+            try:
+                paths = json.loads(line) if line.strip().startswith("[") else []
+            except ValueError:
+                paths = []
+            if paths and all(isinstance(p, str) and p.startswith("/") for p in paths):
+                await unshare_binds(t, ContainerSpec(image="", name="", shared=paths))
     return len(ids)
 
 
