@@ -146,8 +146,8 @@ async def test_container_image_on_a_cluster_without_a_container_runtime_is_one_m
         r = await cli("launch", "-y", "-c", "ctr", "--infra", "slurm/loop", "--image-id", "docker:ubuntu:22.04",
                       "echo never", timeout=120)
         out = r.stdout + r.stderr
-        assert r.returncode != 0 and "slurm/loop offers no container runtime" in out, r
-        assert "pyxis" in out and "apptainer" in out and "drop image_id" in out, r
+        assert r.returncode != 0 and "slurm/loop offers no container runtime" in out, out
+        assert "pyxis" in out and "apptainer" in out and "drop image_id" in out, out
         assert "Traceback" not in out
         r = await cli("status", "-o", "json")
         assert all(row["name"] != "ctr" for row in _rows(r.json())), r

@@ -75,11 +75,12 @@ def apptainer_prefix(kind: str, image: str, binds: Sequence[str], gpu_vendor: st
 
 
 def none_message(cluster: str, image: str) -> tuple[str, str]:
+    # the fix is in the message too: failover lists each attempt's message, not its hint
+    fix = ("ask the cluster's admins for pyxis+enroot or apptainer, drop image_id (run on the"
+           " nodes' own software), or launch on another infra")
     return (f"slurm/{cluster} offers no container runtime for image_id docker:{image}: neither"
             " pyxis/enroot (`srun --container-image`) nor apptainer/singularity is installed on its"
-            " login host",
-            "ask the cluster's admins for pyxis+enroot or apptainer, drop image_id (run on the"
-            " nodes' own software), or launch on another infra")
+            f" login host ({fix})", fix)
 
 
 def registry_note(image: str) -> str:
