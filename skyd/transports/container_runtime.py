@@ -428,8 +428,6 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
     tail = [*spec.run_options, spec.image, "-c", probe + _KEEPALIVE]
     await t.run(["mkdir", "-p", *[src for src, _ in spec.binds], *([spec.auth_dir] if spec.auth_dir else [])],
                 check=True, timeout=60)
-    if spec.shared:
-        await share_binds(t, spec)
     tries: list[tuple[int, int] | None] = [None]
     if spec.kind == "podman":
         tries = list(limits or await _node_ulimits(t))
@@ -643,6 +641,8 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
             return spec
         await remove(t, spec)  # a container that cannot start: made again below
     try:
+        if spec.shared:  # first: a node that cannot share them fails before any pull
+            await share_binds(t, spec)
         if creds is not None:
             await login(t, spec, creds, log)
         img = facts.get("image") or ["absent"]
