@@ -192,3 +192,22 @@ def test_leak_pass_by_label_removes_the_container_and_its_shared_mount_points(tm
         fc.remove_bound_under(tmp_path)
         for mp in bind_mounts_under(tmp_path):
             subprocess.run(["umount", "-l", mp], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mounts)")
+def test_down_unbinds_only_what_skyd_made(tmp_path: Path) -> None:
+    # a bucket destination the node already had a file system on keeps it after `down`
+    own, made = tmp_path / "disk", tmp_path / "ckpt"
+    own.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "skyd-test-disk", str(own)], check=True)
+    try:
+        spec = crt.ContainerSpec(image="x", name="skyd-x-0", runtime=["/usr/bin/podman"],
+                                 shared=[str(own), str(made)])
+        t = LocalTransport(tmp_path)
+        anyio.run(crt.share_binds, t, spec)
+        assert sorted(bind_mounts_under(tmp_path)) == sorted([str(own), str(made)])
+        anyio.run(crt.unshare_binds, t, spec)
+        assert bind_mounts_under(tmp_path) == [str(own)]
+    finally:
+        for mp in bind_mounts_under(tmp_path):
+            subprocess.run(["umount", "-l", mp], check=False)

@@ -488,12 +488,19 @@ done
 echo OK
 """
 
-# the undo, after the container is gone (a FUSE mount still there goes too: lazily)
+# the undo, after the container is gone (a FUSE mount still there goes too: lazily). Only
+# what skyd made goes: a FUSE mount, or a bind (its root in its file system is not "/");
+# a file system the node had mounted at that path itself stays.
 _UNSHARE = r"""
 if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else exit 0; fi
 for p in "$@"; do
   i=0
-  while [ $i -lt 4 ] && awk -v p="$p" '$5 == p {f=1} END {exit !f}' /proc/self/mountinfo; do
+  while [ $i -lt 4 ]; do
+    top=$(awk -v p="$p" '$5 == p {r=$4; for (k = 6; k <= NF; k++) if ($k == "-") {t=$(k+1); break}}
+                         END {if (r != "") print r, t}' /proc/self/mountinfo)
+    [ -n "$top" ] || break
+    root=${top%% *}; fstype=${top#* }
+    case "$fstype" in fuse*) ;; *) [ "$root" != / ] || break ;; esac
     $S umount -l "$p" 2>/dev/null || break; i=$((i+1))
   done
 done
