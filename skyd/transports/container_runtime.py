@@ -40,6 +40,7 @@ from typing import Any
 import anyio
 
 from skyd.transports.base import RunResult, Transport
+from skyd.transports.container_gpus import _nvidia_cdi, amd_device_gids, gpu_flags
 from skyd.transports.container_images import (
     DOCKER_ENVS,
     RegistryLogin,
@@ -50,6 +51,7 @@ from skyd.transports.container_images import (
     image_of,
     registry_of,
 )
+from skyd.transports.container_mounts import share_binds, unshare_binds
 
 LogFn = Callable[[str], None]
 
@@ -148,30 +150,6 @@ class ContainerRequest:
 def container_name(cluster_tag: str, rank: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "-", cluster_tag).strip("-.") or "cluster"
     return f"skyd-{safe}-{rank}"
-
-
-def gpu_flags(kind: str, vendor: str | None, gids: Sequence[str] = ()) -> list[str]:
-    """``run`` flags that give the container the node's GPUs. ``gids``: the numeric groups
-    owning the node's AMD device files (``/dev/kfd``, ``/dev/dri/renderD*``); the runtime
-    resolves group NAMES in the image's /etc/group, where ``render`` is often missing (the
-    run would fail: "unable to find group render"), so the node's numbers are used when known."""
-    if vendor == "nvidia":
-        # docker: the NVIDIA container toolkit's hook; podman: its CDI spec (nvidia-ctk cdi generate).
-        return ["--gpus", "all"] if kind == "docker" else ["--device", "nvidia.com/gpu=all"]
-    if vendor == "amd":
-        # https://rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/docker.html
-        groups = [g for g in dict.fromkeys(gids) if g.isdigit() and g != "0"] or ["video", "render"]
-        return ["--device", "/dev/kfd", "--device", "/dev/dri",
-                *[a for g in groups for a in ("--group-add", g)],
-                "--ipc", "host", "--security-opt", "seccomp=unconfined"]
-    return []
-
-
-async def amd_device_gids(t: Transport) -> list[str]:
-    """The groups that own the node's /dev/kfd and render nodes (video/render there)."""
-    res = await t.run(["sh", "-c", "stat -c %g /dev/kfd /dev/dri/renderD* 2>/dev/null; true"],
-                      timeout=30, idempotent=True)
-    return [w for w in res.stdout.split() if w.isdigit()]
 
 
 # -- the node's runtime --------------------------------------------------------------------
@@ -449,84 +427,6 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
         raise _err(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
 
 
-_CDI = r"""
-ls /etc/cdi/nvidia.yaml /var/run/cdi/nvidia*.yaml >/dev/null 2>&1 && { echo have; exit 0; }
-command -v nvidia-ctk >/dev/null 2>&1 || { echo notoolkit; exit 0; }
-if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else echo noroot; exit 0; fi
-$S mkdir -p /etc/cdi && $S nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >/dev/null 2>&1 && echo made || echo failed
-"""
-
-
-async def _nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
-    """podman reaches NVIDIA GPUs through the toolkit's CDI spec: generate it when the
-    toolkit is there and the spec is not (best effort; `run` says what is missing)."""
-    res = await t.run(_CDI, timeout=120)
-    word = res.stdout.strip()
-    if word == "made":
-        log(f"{label}: generated the NVIDIA CDI spec for podman (nvidia-ctk cdi generate)")
-    elif word == "notoolkit":
-        log(f"{label}: warning: no NVIDIA container toolkit (nvidia-ctk) on the node: podman cannot"
-            " give the container its GPUs")
-
-
-# Bucket MOUNT inside a container: each destination's node path becomes a mount point of
-# its own (a bind onto itself) in a shared peer group, bound into the container with rslave
-# propagation: rclone's FUSE mount made there afterwards (skyd.storage.rclone, on the node)
-# shows inside, and its unmount too. The node's own mounts stay private (only these paths
-# change). A rootful runtime is needed: rootless podman's mount namespace is a slave of
-# nothing the node can share into. args: the node paths; env KIND (docker|podman).
-_SHARE = r"""
-if [ "$(id -u)" = 0 ]; then S=""; elif [ "$KIND" = docker ] && sudo -n true 2>/dev/null; then S="sudo -n"
-else echo NOROOT; exit 0; fi
-for p in "$@"; do
-  mkdir -p "$p" 2>/dev/null || $S mkdir -p "$p" || { echo "FAILED mkdir $p"; exit 0; }
-  if ! awk -v p="$p" '$5 == p {f=1} END {exit !f}' /proc/self/mountinfo; then
-    $S mount --bind "$p" "$p" 2>&1 || { echo "FAILED mount --bind $p"; exit 0; }
-  fi
-  $S mount --make-shared "$p" 2>&1 || { echo "FAILED mount --make-shared $p"; exit 0; }
-done
-echo OK
-"""
-
-# the undo, after the container is gone (a FUSE mount still there goes too: lazily). Only
-# what skyd made goes: a FUSE mount, or a bind (its root in its file system is not "/");
-# a file system the node had mounted at that path itself stays.
-_UNSHARE = r"""
-if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else exit 0; fi
-for p in "$@"; do
-  i=0
-  while [ $i -lt 4 ]; do
-    top=$(awk -v p="$p" '$5 == p {r=$4; for (k = 6; k <= NF; k++) if ($k == "-") {t=$(k+1); break}}
-                         END {if (r != "") print r, t}' /proc/self/mountinfo)
-    [ -n "$top" ] || break
-    root=${top%% *}; fstype=${top#* }
-    case "$fstype" in fuse*) ;; *) [ "$root" != / ] || break ;; esac
-    $S umount -l "$p" 2>/dev/null || break; i=$((i+1))
-  done
-done
-true
-"""
-
-
-async def share_binds(t: Transport, spec: ContainerSpec) -> None:
-    res = await t.run(["sh", "-c", _SHARE, "sh", *spec.shared], env={"KIND": spec.kind}, timeout=60)
-    word = (res.stdout.strip().splitlines() or ["?"])[-1]
-    if word == "OK":
-        return
-    if word == "NOROOT":
-        raise _err("a bucket mounted with mode MOUNT/MOUNT_CACHED inside a container image needs a"
-                   f" rootful {spec.kind or 'runtime'} on the node (root, or docker with passwordless"
-                   " sudo): the mount is made on the node and shared into the container",
-                   "use mode: COPY for that file mount, or log in to the node as root")
-    raise _err(f"could not share the bucket mount points into the container: {word} "
-               f"{res.stderr.strip()[-200:]}".strip(), "use mode: COPY for that file mount")
-
-
-async def unshare_binds(t: Transport, spec: ContainerSpec) -> None:
-    if spec.shared:
-        await t.run(["sh", "-c", _UNSHARE, "sh", *spec.shared], timeout=120)
-
-
 async def remove(t: Transport, spec: ContainerSpec) -> None:
     """Remove the container (running or not), its shared mount points and the cluster's
     registry credentials."""
@@ -678,6 +578,9 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
 
 __all__ = [
     "DOCKER_ENVS",
+    "amd_device_gids",
+    "share_binds",
+    "unshare_binds",
     "ContainerRequest",
     "ContainerSpec",
     "RegistryLogin",
