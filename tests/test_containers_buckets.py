@@ -158,10 +158,12 @@ def test_mount_in_a_rootless_container_is_one_message_naming_the_fix(tmp_path: P
     d = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="skyd-rootless-"))
     try:
         shutil.chown(d, "skydtest")
-        spec = crt.ContainerSpec(image="x", name="skyd-x-0", runtime=["/usr/bin/podman"], shared=[str(d / "ckpt")])
+        spec = crt.ContainerSpec(image="x", name="skyd-x-0", runtime=["/usr/bin/podman"],
+                                 binds=[(str(d / "ckpt"), "/ckpt")], shared=[str(d / "ckpt")])
         with pytest.raises(SkydError) as ei:
             anyio.run(crt.share_binds, _AsUser(str(d), "skydtest"), spec)
-        assert "rootful podman" in ei.value.message and "mode: COPY" in (ei.value.hint or "")
+        assert "file_mounts /ckpt" in ei.value.message and "rootful podman" in ei.value.message
+        assert "mode: COPY" in (ei.value.hint or "")
         assert bind_mounts_under(d) == []  # nothing half-made
     finally:
         shutil.rmtree(d, ignore_errors=True)
