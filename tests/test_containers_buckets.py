@@ -26,7 +26,7 @@ from skyd.transports.local import LocalTransport
 from tests.fakes import containers as fc
 from tests.fakes.awsproxy import start_moto
 from tests.test_aws_support import CREDS, REGION
-from tests.test_pipeline_support import Env, module_env, write
+from tests.test_pipeline_support import Env, cli, module_env, write
 
 pytestmark = pytest.mark.skipif(fc.missing() is not None, reason=str(fc.missing()))
 
@@ -130,6 +130,15 @@ def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: 
     r = env.ok("exec", "ctr-mnt", "ls /ckpt/out && echo late > ~/c/late.txt", timeout=120)
     assert "r.txt" in r.stdout, r.stdout + r.stderr
     cdir = env.cluster_dir("ctr-mnt")
+    assert len(fuse_mounts_under(cdir)) == 2
+    # a relaunch with the same mounts reuses them; one adding a bucket MOUNT the container
+    # was not made for is refused before anything changes (it would not be visible inside)
+    r = env.ok("launch", "-c", "ctr-mnt", "-y", str(y), timeout=240)
+    assert "already mounted at /ckpt" in r.stdout + r.stderr and "written-in-container" not in r.stderr
+    y2 = write(tmp_path / "m2.yaml", y.read_text().replace("file_mounts:\n", "file_mounts:\n"
+               "  ~/n:\n    source: s3://skyd-ctr-mnt\n    mode: MOUNT\n"))
+    r = cli("launch", "-c", "ctr-mnt", "-y", str(y2), timeout=120)
+    assert r.returncode != 0 and "file_mounts.~/n" in r.stderr and "-c NEWNAME" in r.stderr, r.stderr
     assert len(fuse_mounts_under(cdir)) == 2
     env.ok("down", "-y", "ctr-mnt", timeout=180)
     assert _get(s3, "skyd-ctr-mnt", "in/late.txt") == b"late\n"  # uploaded before the unmount
