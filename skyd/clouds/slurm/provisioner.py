@@ -187,6 +187,12 @@ class SlurmProvisioner(Provisioner):
             token = res.stdout.strip() or token
         await self._wait_running(t, tag, job_id, log, req.on_status)
         nodes = await self._wait_agents(t, cl, base, tag, job_id, req.num_nodes, sha)
+        if req.container is not None:  # what a relaunch is checked against, and `start` runs again
+            ctr = {"image": req.container.image, "mounts": list(req.container.mounts),
+                   "binds": [[b, b] for b in (base, *req.container.mounts)],
+                   "gpu_vendor": req.container.gpu_vendor}
+            for nh in nodes:
+                nh.extra["container"] = ctr
         for nh in nodes:
             log(f"Node {nh.rank} ({nh.extra['slurm_node']}): agent up on {nh.internal_ip}:{nh.agent_port}")
         off = req.offering
@@ -371,8 +377,15 @@ class SlurmProvisioner(Provisioner):
                        accelerator_count=next(iter(handle.accelerators.values()), 0.0),
                        vcpus=handle.cpus or 0.0, memory_gib=handle.memory_gib or 0.0,
                        region=handle.region or "", zone=handle.zone, price=0.0, spot_price=None)  # fmt: skip
+        ctr = handle.nodes[0].extra.get("container") if handle.nodes else None
+        container = None
+        if ctr:  # image_id docker:<img>: the new allocation runs in the image again
+            from skyd.transports.container_runtime import ContainerRequest
+
+            container = ContainerRequest(image=str(ctr["image"]), cluster_tag=handle.cluster_tag,
+                                         mounts=tuple(ctr.get("mounts") or ()), gpu_vendor=ctr.get("gpu_vendor"))
         req = ProvisionRequest(handle.cluster_name, handle.num_nodes, off, False, token=handle.token,
-                               tag=handle.cluster_tag)  # fmt: skip
+                               tag=handle.cluster_tag, container=container)  # fmt: skip
         return await self.provision(req, log)
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
