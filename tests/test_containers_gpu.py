@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,11 @@ def _problem() -> str | None:
         return fc.missing()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return "needs root and unshare (a private mount namespace holds the fake /dev)"
+    with tempfile.TemporaryDirectory() as d:
+        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs", "t", d],
+                               capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot mount in a private mount namespace here: {probe.stderr.strip()}"
     return None
 
 
