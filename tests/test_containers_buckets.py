@@ -107,6 +107,7 @@ def _poll(fn: Any, timeout: float = 20.0) -> Any:
 
 
 @pytest.mark.skipif(_fuse_problem() is not None, reason=str(_fuse_problem()))
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the node's runtime must be rootful)")
 def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: Any, tmp_path: Path) -> None:
     s3.create_bucket(Bucket="skyd-ctr-mnt")
     s3.put_object(Bucket="skyd-ctr-mnt", Key="in/hello.txt", Body=b"from-the-bucket\n")
