@@ -149,3 +149,36 @@ def test_a_relaunch_on_a_slurm_container_cluster_is_checked_against_its_image() 
     with pytest.raises(ClusterStateError) as ei:  # a new absolute destination the image was started without
         planner.check_fits(task({"file_mounts": {"/data": "/tmp"}}), handle)
     assert "file_mounts./data" in ei.value.message
+
+
+def test_in_an_image_without_scontrol_each_node_finds_its_address(tmp_path: Path) -> None:
+    """pyxis runs node.sh in the image (often no scontrol there; `hostname` may resolve to
+    127.0.1.1): the batch script, on the host, writes every node's NodeAddr for it."""
+    base, tag = str(tmp_path / ".skyd"), "c-1"
+    jobdir = f"{base}/slurm/{tag}"
+    Path(jobdir).mkdir(parents=True)
+    host_bin, image_bin = tmp_path / "host-bin", tmp_path / "image-bin"
+    host_bin.mkdir()
+    image_bin.mkdir()
+    # scontrol's one-line form (scontrol show node -o), as on the Slurm fake
+    (host_bin / "scontrol").write_text(
+        "#!/bin/sh\n"
+        "echo 'NodeName=sn1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 NodeAddr=127.0.0.11 NodeHostName=sn1 State=IDLE'\n"
+        "echo 'NodeName=sn2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 NodeAddr=127.0.0.12 NodeHostName=sn2 State=IDLE'\n")
+    (host_bin / "scontrol").chmod(0o755)
+    job = scripts.job_script(tag=tag, num_nodes=2, partition=None, gres=None, cpus=None, options={},
+                             jobdir=jobdir, nodes_glob=f"{base}/nodes/{tag}-",
+                             srun_flags=containers.pyxis_flags("ubuntu:22.04", [base]))
+    line = next(ln for ln in job.splitlines() if ln.startswith("scontrol "))
+    env = {"PATH": f"{host_bin}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "sn[1-2]"}
+    subprocess.run(["/bin/bash", "-c", line], check=True, env=env)
+    assert Path(jobdir, "nodeaddrs").read_text().split("\n")[:2] == ["sn1 127.0.0.11", "sn2 127.0.0.12"]
+    node = scripts.node_script(base=base, tag=tag, cluster="c", pyz="/a.pyz", sha="s")
+    addr_lines = "\n".join(ln for ln in node.splitlines() if ln.startswith(("addr=", "[ -n \"$addr\" ]")))
+    for ln in ("sh", "awk", "tr", "sed", "hostname"):  # the image's tools, but no scontrol
+        src = next((p for p in (f"/usr/bin/{ln}", f"/bin/{ln}") if Path(p).exists()), None)
+        if src:
+            (image_bin / ln).symlink_to(src)
+    r = subprocess.run(["/bin/bash", "-c", addr_lines + "\necho \"$addr\""], capture_output=True, text=True,
+                       env={"PATH": str(image_bin), "SLURMD_NODENAME": "sn2"})
+    assert r.stdout.strip() == "127.0.0.12", r

@@ -87,6 +87,8 @@ set -e
 nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
 mkdir -p "$nd" && chmod 700 {q(base)} "$nd"
 addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+# in an image (pyxis) there may be no scontrol: the batch script wrote every node's address
+[ -n "$addr" ] || addr=$(awk -v n="$SLURMD_NODENAME" '$1 == n {{print $2}}' {q(base)}/slurm/{q(tag)}/nodeaddrs 2>/dev/null)
 [ -n "$addr" ] || addr=$(hostname)
 rm -f "$nd/token"
 (umask 077 && cp {q(base)}/slurm/{q(tag)}/agent.crt {q(base)}/slurm/{q(tag)}/agent.key {q(base)}/slurm/{q(tag)}/ca.crt "$nd/")
@@ -120,6 +122,10 @@ def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | N
         lines.append(f"#SBATCH --cpus-per-task={int(cpus)}")
     for k, v in options.items():
         lines.append(f"#SBATCH --{k}" + (f"={q(v)}" if v != "" else ""))
+    if srun_flags:  # the step runs in an image that may lack scontrol: node.sh reads this map
+        lines.append(f"scontrol show node -o \"$SLURM_JOB_NODELIST\" 2>/dev/null | tr ' ' '\\n' | awk -F="
+                     f" '$1 == \"NodeName\" {{n=$2}} $1 == \"NodeAddr\" {{print n, $2}}'"
+                     f" > {q(jobdir + '/nodeaddrs')} || true")
     extra = "".join(f" {q(f)}" for f in srun_flags)
     lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0{extra} /bin/bash {q(jobdir + '/node.sh')}")
     # The agents exited. Unless they stopped on purpose (autostop: stopped.json), keep the
