@@ -10,7 +10,10 @@ warm daemon (subprocess) and real podman (runc), side by side in one run.
    one (the agent runs inside the container: a job costs no `podman exec`); target: the
    container adds <= 50 ms;
 3. for reference, one transport command: `podman exec` into the container vs a plain
-   subprocess (what every deploy/status step of a container node pays).
+   subprocess (what every deploy/status step of a container node pays);
+4. with ``--bucket-mount``: launch -> first line of a task reading a bucket MOUNT (moto's S3
+   on 127.0.0.1, rclone on the node) on `local`, container vs none (the container's extra
+   cost: the destination made a shared bind, bound rslave). Needs rclone and /dev/fuse.
 Needs podman + runc + busybox-static (the test image is built locally: no internet).
 """
 
@@ -65,7 +68,23 @@ async def transport_overhead(repeat: int, image: str) -> tuple[list[float], list
     return plain, inside
 
 
-async def main(repeat: int) -> None:
+async def bucket_mount_rows(repeat: int, ctr: list[str], tmp: Path) -> dict[str, list[float]]:
+    """launch -> first line reading a bucket MOUNT, container vs none (local), interleaved."""
+    rows: dict[str, list[float]] = {}
+    y = tmp / "mount.yaml"
+    y.write_text("file_mounts:\n  /ckpt:\n    source: s3://skyd-ctr-bench\n    mode: MOUNT\n"
+                 "run: cat /ckpt/hello.txt\n")
+    for i in range(repeat):
+        for label, extra in (("no container", []), ("container", ctr)):
+            name = f"m{i}"
+            f, _t, _o = await run_until_line(["launch", "-y", "-c", name, "--infra", "local", *extra, str(y)],
+                                             "from-the-bucket")
+            rows.setdefault(f"local bucket MOUNT, {label}", []).append(f)
+            await run_until_line(["down", "-y", name], "")
+    return rows
+
+
+async def main(repeat: int, bucket_mount: bool = False, only_bucket_mount: bool = False) -> None:
     from tests.fakes import containers as fc
 
     why = fc.missing()
@@ -80,49 +99,76 @@ async def main(repeat: int) -> None:
     from tests.fakes.sshhost import FakeSSHHost, make_keypair, write_pools
     from tests.test_ssh_e2e_support import daemon
 
+    moto = None
+    if bucket_mount:
+        from tests.fakes.awsproxy import start_moto
+
+        moto, url = start_moto()
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket="skyd-ctr-bench")
+        s3.put_object(Bucket="skyd-ctr-bench", Key="hello.txt", Body=b"from-the-bucket\n")
+        os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": "us-east-1", "SKYD_AWS_LOOPBACK_ONLY": "1",
+                           "AWS_ENDPOINT_URL": url})
     print(f"load average before: {open('/proc/loadavg').read().split()[:3]}")
     priv, pub = make_keypair(tmp / "keys")
     ctr = ["--image-id", f"docker:{image}"]
-    async with contextlib.AsyncExitStack() as stack:
-        host = await stack.enter_async_context(FakeSSHHost(tmp / "h", "127.0.0.2", pub))
-        host2 = await stack.enter_async_context(FakeSSHHost(tmp / "h2", "127.0.0.3", pub))
-        write_pools(Path(os.environ["SKYD_CONFIG_DIR"]), {"pool": [host], "pool2": [host2]}, priv)
-        async with daemon(SKYD_CONTAINER_RUNTIME="podman"):
-            await run_until_line(["launch", "-y", "-c", "warm", "--infra", "local", "echo up"], "up")  # catalog, zipapp
-            await run_until_line(["down", "-y", "warm"], "")
-            rows: dict[str, list[float]] = {}
-            for i in range(repeat):  # interleaved: load changes hit every row alike
-                for infra in ("local", "ssh/pool"):
-                    for label, extra in (("no container", []), ("container (image on the node)", ctr)):
-                        name = f"b{i}"
-                        f, _t, _o = await run_until_line(
-                            ["launch", "-y", "-c", name, "--infra", infra, *extra, "echo FIRST"], "FIRST")
-                        rows.setdefault(f"{infra:9s} {label}", []).append(f)
-                        await run_until_line(["down", "-y", name], "")
-            print("launch -> first output line (new cluster):")
-            for k, xs in rows.items():
-                print(f"  {k}: {fmt(xs)}")
-            print("skyd exec -> first output line (existing cluster), interleaved:")
-            for label, plain_at, ctr_at in (("local", "local", "local"), ("ssh pool", "ssh/pool", "ssh/pool2")):
-                execs: dict[str, list[float]] = {}
-                for name, infra, extra in (("plain", plain_at, []), ("ctr", ctr_at, ctr)):
-                    await run_until_line(["launch", "-y", "-c", name, "--infra", infra, *extra, "echo up"], "up")
-                for _ in range(repeat * 2):  # interleaved: load changes hit both alike
-                    for name in ("plain", "ctr"):
-                        f, _t, _o = await run_until_line(["exec", name, "echo FIRST"], "FIRST")
-                        execs.setdefault(name, []).append(f)
-                await run_until_line(["down", "-y", "-a"], "")
-                d = statistics.median(execs["ctr"]) - statistics.median(execs["plain"])
-                print(f"  {label:8s} no container: {fmt(execs['plain'])}")
-                print(f"  {label:8s} container:    {fmt(execs['ctr'])}")
-                print(f"  {label:8s} container overhead: {d * 1000:+.0f} ms (target <= 50 ms)")
-    plain, inside = await transport_overhead(repeat, image)
-    print(f"one transport command: plain subprocess {fmt(plain)}; podman exec {fmt(inside)}")
-    print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            host = await stack.enter_async_context(FakeSSHHost(tmp / "h", "127.0.0.2", pub))
+            host2 = await stack.enter_async_context(FakeSSHHost(tmp / "h2", "127.0.0.3", pub))
+            write_pools(Path(os.environ["SKYD_CONFIG_DIR"]), {"pool": [host], "pool2": [host2]}, priv)
+            async with daemon(SKYD_CONTAINER_RUNTIME="podman"):
+                await run_until_line(["launch", "-y", "-c", "warm", "--infra", "local", "echo up"], "up")  # catalog, zipapp
+                await run_until_line(["down", "-y", "warm"], "")
+                if bucket_mount:
+                    print("launch -> first output line reading a bucket MOUNT (new cluster):")
+                    for k, xs in (await bucket_mount_rows(repeat, ctr, tmp)).items():
+                        print(f"  {k}: {fmt(xs)}")
+                if only_bucket_mount:
+                    return
+                rows: dict[str, list[float]] = {}
+                for i in range(repeat):  # interleaved: load changes hit every row alike
+                    for infra in ("local", "ssh/pool"):
+                        for label, extra in (("no container", []), ("container (image on the node)", ctr)):
+                            name = f"b{i}"
+                            f, _t, _o = await run_until_line(
+                                ["launch", "-y", "-c", name, "--infra", infra, *extra, "echo FIRST"], "FIRST")
+                            rows.setdefault(f"{infra:9s} {label}", []).append(f)
+                            await run_until_line(["down", "-y", name], "")
+                print("launch -> first output line (new cluster):")
+                for k, xs in rows.items():
+                    print(f"  {k}: {fmt(xs)}")
+                print("skyd exec -> first output line (existing cluster), interleaved:")
+                for label, plain_at, ctr_at in (("local", "local", "local"), ("ssh pool", "ssh/pool", "ssh/pool2")):
+                    execs: dict[str, list[float]] = {}
+                    for name, infra, extra in (("plain", plain_at, []), ("ctr", ctr_at, ctr)):
+                        await run_until_line(["launch", "-y", "-c", name, "--infra", infra, *extra, "echo up"], "up")
+                    for _ in range(repeat * 2):  # interleaved: load changes hit both alike
+                        for name in ("plain", "ctr"):
+                            f, _t, _o = await run_until_line(["exec", name, "echo FIRST"], "FIRST")
+                            execs.setdefault(name, []).append(f)
+                    await run_until_line(["down", "-y", "-a"], "")
+                    d = statistics.median(execs["ctr"]) - statistics.median(execs["plain"])
+                    print(f"  {label:8s} no container: {fmt(execs['plain'])}")
+                    print(f"  {label:8s} container:    {fmt(execs['ctr'])}")
+                    print(f"  {label:8s} container overhead: {d * 1000:+.0f} ms (target <= 50 ms)")
+        plain, inside = await transport_overhead(repeat, image)
+        print(f"one transport command: plain subprocess {fmt(plain)}; podman exec {fmt(inside)}")
+    finally:
+        print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
+        if moto is not None:
+            moto.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
-    anyio.run(main, ap.parse_args().repeat)
+    ap.add_argument("--bucket-mount", action="store_true", help="add the bucket MOUNT rows (moto + rclone)")
+    ap.add_argument("--only-bucket-mount", action="store_true", help="only the bucket MOUNT rows")
+    a = ap.parse_args()
+    anyio.run(main, a.repeat, a.bucket_mount or a.only_bucket_mount, a.only_bucket_mount)

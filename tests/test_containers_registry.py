@@ -195,6 +195,9 @@ def test_gpu_flags_per_vendor() -> None:
     for flag in ("/dev/kfd", "/dev/dri", "video", "render", "seccomp=unconfined"):
         assert flag in amd
     assert amd[amd.index("--ipc") + 1] == "host"
+    # the node's device groups by number (the image's /etc/group may lack `render`)
+    amd = crt.gpu_flags("podman", "amd", ["44", "993", "44", "0"])
+    assert [amd[i + 1] for i, a in enumerate(amd) if a == "--group-add"] == ["44", "993"]
     assert crt.gpu_flags("podman", None) == []
 
 

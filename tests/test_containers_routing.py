@@ -1,8 +1,8 @@
 """How image_id docker:<image> is routed before anything is made: the provider gets its
 default VM image plus a container request (AWS never looks `docker:...` up as an AMI), the
-per-region form picks the region's entry, pod infras keep the image as the pod's, Slurm and
-bucket MOUNTs are refused with the field and the fix, SkyPilot's registry variables and
-`docker.run_options` are read from the task."""
+per-region form picks the region's entry, pod infras keep the image as the pod's, Slurm gets
+a request for its own runtime (machine images stay refused there), bucket MOUNTs become binds shared into the container,
+SkyPilot's registry variables and `docker.run_options` are read from the task."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from skyd.models.loader import task_from_config
 from skyd.models.task import Task
 from skyd.pipeline import provision
 from skyd.pipeline.planner import Choice
+from skyd.transports.container_runtime import ContainerSpec
 
 
 def choice(cloud: str, region: str = "r1", acc: str | None = None, n: float = 0) -> Choice:
@@ -69,19 +70,32 @@ def test_per_region_docker_image_and_amd_vendor() -> None:
     assert req.container.gpu_vendor == "amd" and req.image_id is None
 
 
-def test_slurm_and_bucket_mounts_are_refused_with_the_field() -> None:
+def test_slurm_gets_a_container_request_for_its_own_runtime() -> None:
     t = task({"resources": {"image_id": "docker:ubuntu:22.04"}})
+    keep = provision.supported_choices(Ctx(), t, "c", [choice("slurm"), choice("local")])
+    assert [c.offering.cloud for c in keep] == ["slurm", "local"]
+    req = provision.build_request(t, "c", "c-1", choice("slurm"))
+    assert req.container is not None and req.container.image == "ubuntu:22.04" and req.image_id is None
+    # a machine image stays refused there (Slurm nodes have the cluster's own OS)
+    t = task({"resources": {"image_id": "ami-123"}})
     with pytest.raises(InvalidSpecError) as ei:
         provision.supported_choices(Ctx(), t, "c", [choice("slurm")])
-    assert "container images" in ei.value.message and "slurm" in ei.value.message
     assert ei.value.field == "resources.image_id"
-    keep = provision.supported_choices(Ctx(), t, "c", [choice("slurm"), choice("local")])
-    assert [c.offering.cloud for c in keep] == ["local"]
+
+
+def test_bucket_mounts_become_shared_binds_with_rslave_propagation() -> None:
     t = task({"resources": {"image_id": "docker:ubuntu:22.04"},
-              "file_mounts": {"/ckpt": {"source": "s3://bucket", "mode": "MOUNT"}}})
-    with pytest.raises(InvalidSpecError) as ei:
-        provision.build_request(t, "c", "c-1", choice("local"))
-    assert ei.value.field == "file_mounts./ckpt" and "COPY" in (ei.value.hint or "")
+              "file_mounts": {"/ckpt": {"source": "s3://bucket", "mode": "MOUNT"},
+                              "~/c": {"source": "s3://bucket/x", "mode": "MOUNT_CACHED"},
+                              "/copy": {"source": "s3://bucket", "mode": "COPY"}}})
+    req = provision.build_request(t, "c", "c-1", choice("local"))
+    assert req.container is not None
+    assert sorted(req.container.fuse_mounts) == ["/ckpt", "~/c"]
+    spec = req.container.spec(rank=0, node_dir="/n/.skyd-node", home="/home/u")
+    spec.runtime = ["/usr/bin/podman"]
+    assert ("/ckpt", "/ckpt") in spec.binds and ("/home/u/c", "/home/u/c") in spec.binds
+    assert sorted(spec.shared) == ["/ckpt", "/home/u/c"]  # COPY stays a plain bind
+    assert spec.to_dict()["shared"] == spec.shared and ContainerSpec.from_dict(spec.to_dict()) == spec
 
 
 @pytest.mark.parametrize("opts", [5, ["--ok", 3], "unbalanced 'quote"])

@@ -139,6 +139,21 @@ async def test_impossible_request_fails_at_once_with_the_reason_and_fails_over(
     assert cfg.squeue() == []
 
 
+async def test_container_image_on_a_cluster_without_a_container_runtime_is_one_message(
+        cfg: SlurmFixture) -> None:
+    # this cluster has neither pyxis (its srun lists no --container-image) nor apptainer
+    async with daemon():
+        r = await cli("launch", "-y", "-c", "ctr", "--infra", "slurm/loop", "--image-id", "docker:ubuntu:22.04",
+                      "echo never", timeout=120)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and "slurm/loop offers no container runtime" in out, out
+        assert "pyxis" in out and "apptainer" in out and "drop image_id" in out, out
+        assert "Traceback" not in out
+        r = await cli("status", "-o", "json")
+        assert all(row["name"] != "ctr" for row in _rows(r.json())), r
+    assert cfg.squeue() == []  # nothing was submitted
+
+
 async def test_pending_allocation_shows_the_scheduler_reason(cfg: SlurmFixture) -> None:
     import anyio
 

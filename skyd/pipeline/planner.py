@@ -12,6 +12,7 @@ recorded in docs/pipeline.md). It solves twice over the same rows:
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -553,12 +554,23 @@ def _check_container_binds(task: Task, handle: ClusterHandle) -> None:
     if not spec:
         return
     bound = {str(b[1]) for b in spec.get("binds") or []}
-    for dst in (getattr(task, "file_mounts", None) or {}):
+    shared = {str(b[1]) for b in spec.get("binds") or [] if b[0] in (spec.get("shared") or [])}
+    home = str((spec.get("env") or {}).get("HOME") or "")
+    for dst, fm in (getattr(task, "file_mounts", None) or {}).items():
         if str(dst).startswith("/") and str(dst) not in bound:
             raise ClusterStateError(
                 f"file_mounts.{dst}: cluster {handle.cluster_name!r} runs its task in a container"
                 " made without this destination, so it would not be visible there",
                 hint="launch on a new cluster (-c NEWNAME), or mount it under ~ or an existing destination")
+        # a bucket MOUNT shows inside only where the container was made with a shared bind
+        if fm.kind == "storage" and (fm.mode or "MOUNT") != "COPY":
+            d = str(dst)
+            at = d if d.startswith("/") else posixpath.normpath(posixpath.join(home, d[2:] if d.startswith("~/") else d))
+            if at not in shared:
+                raise ClusterStateError(
+                    f"file_mounts.{dst}: cluster {handle.cluster_name!r} runs its task in a container"
+                    " made without this bucket mount, so the mount would not be visible there",
+                    hint="launch on a new cluster (-c NEWNAME), or use mode: COPY")
 
 
 def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:

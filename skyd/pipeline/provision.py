@@ -106,17 +106,17 @@ def container_request(task: Task, image_id: str | None, choice: Placement, tag: 
     if image is None or getattr(get_cloud(choice.offering.cloud), "native_containers", False):
         return None
     mounts = []
+    fuse = []  # bucket MOUNT/MOUNT_CACHED: mounted on the node, shared into the container
     for dst, fm in (getattr(task, "file_mounts", None) or {}).items():
         if getattr(fm, "kind", "local") == "storage" and (fm.mode or "MOUNT") != "COPY":
-            raise InvalidSpecError(
-                f"bucket mount mode {fm.mode or 'MOUNT'} is not supported inside a container image",
-                field=f"file_mounts.{dst}", hint="use mode: COPY, or a VM image (no docker: image_id)")
+            fuse.append(str(dst))
         if str(dst).startswith("/"):
             mounts.append(str(dst))
     envs = {**(getattr(task, "envs", None) or {}), **(getattr(task, "secrets", None) or {})}
     opts = ((getattr(task, "config", None) or {}).get("docker") or {}).get("run_options")
     off = choice.offering
-    return ContainerRequest(image=image, cluster_tag=tag, mounts=tuple(mounts), run_options=run_options(opts),
+    return ContainerRequest(image=image, cluster_tag=tag, mounts=tuple(mounts), fuse_mounts=tuple(fuse),
+                            run_options=run_options(opts),
                             gpu_vendor=gpu_vendor(off.accelerator), gpu_count=float(off.accelerator_count or 0),
                             login=RegistryLogin.from_envs(envs, image))
 

@@ -132,10 +132,17 @@ def _mount_script(argv: list[str], dst: str, out: str) -> str:
     """The daemonized rclone must not hold the command's stdout/stderr open (the run would
     wait for it): its own output goes to ``out``."""
     q = shlex.quote(dst)
-    # a mount left dead by a killed rclone (a preempted node) is cleared first
-    return (f"if mountpoint -q {q} 2>/dev/null; then echo ALREADY; else"
-            f" {{ fusermount3 -uz {q} || fusermount -uz {q}; }} >/dev/null 2>&1;"
-            f" mkdir -p {q} && {shlex.join(argv)} </dev/null >{shlex.quote(out)} 2>&1"
+    # a mount left dead by a killed rclone (a preempted node) is cleared first. Only a live
+    # FUSE mount counts as "already": the destination may be a mount point of another kind
+    # (the shared bind that carries it into a task's container, docs/containers.md).
+    # (root's fusermount would unmount that bind too: it is cleared only when FUSE is there)
+    fuse_listed = f"awk -v p={q} '$2 == p && $3 ~ /^fuse/ {{f=1}} END {{exit !f}}' /proc/self/mounts"
+    return (f"if {fuse_listed} && stat -c %i {q} >/dev/null 2>&1; then echo ALREADY; else"
+            f" if {fuse_listed}; then {{ fusermount3 -uz {q} || fusermount -uz {q}; }} >/dev/null 2>&1; fi;"
+            # rclone refuses a destination that is a mount point (the shared bind): allowed there
+            f" x=''; if awk -v p={q} '$5 == p {{f=1}} END {{exit !f}}' /proc/self/mountinfo; then"
+            f" x=--allow-non-empty; fi;"
+            f" mkdir -p {q} && {shlex.join(argv)} $x </dev/null >{shlex.quote(out)} 2>&1"
             f" && echo MOUNTED; fi")
 
 

@@ -61,6 +61,8 @@ class ContainerTransport(Transport):
         if not res.ok and any(s in res.stderr.lower() for s in _NOT_RUNNING):
             # The node rebooted or someone stopped it: start it again once, then retry.
             if await rt.state(self.inner, self.spec) not in ("", "running"):
+                if self.spec.shared:
+                    await rt.share_binds(self.inner, self.spec)
                 await self.inner.run([*self.spec.runtime, "start", self.spec.name], timeout=120)
                 res = await self.inner.run(self._exec(command), input=input, timeout=timeout,
                                            idempotent=idempotent)

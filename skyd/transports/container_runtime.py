@@ -28,6 +28,7 @@ Image references, credentials and the meaning of a registry's errors are in
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -39,6 +40,7 @@ from typing import Any
 import anyio
 
 from skyd.transports.base import RunResult, Transport
+from skyd.transports.container_gpus import _nvidia_cdi, amd_device_gids, gpu_flags
 from skyd.transports.container_images import (
     DOCKER_ENVS,
     RegistryLogin,
@@ -49,11 +51,13 @@ from skyd.transports.container_images import (
     image_of,
     registry_of,
 )
+from skyd.transports.container_mounts import share_binds, unshare_binds
 
 LogFn = Callable[[str], None]
 
 LABEL_CLUSTER = "skyd-cluster"
 LABEL_RANK = "skyd-rank"
+LABEL_SHARED = "skyd-shared"  # the node paths shared into the container (bucket MOUNTs)
 PULL_TIMEOUT_S = 3600.0
 # What keeps the container alive: PID 1 of the container, ended by `stop` (TERM).
 _KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
@@ -78,6 +82,10 @@ class ContainerSpec:
     rank: int = 0
     runtime: list[str] = field(default_factory=list)  # argv prefix found on the node
     stage_dir: str = ""  # a bound dir (the node dir) where files for unbound paths wait
+    # node paths where bucket MOUNTs land after the container started: each is made a shared
+    # mount on the node (a bind onto itself) and bound with rslave propagation, so the FUSE
+    # mount made there later shows inside the container
+    shared: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -107,6 +115,7 @@ class ContainerRequest:
     gpu_vendor: str | None = None
     gpu_count: float = 0
     login: RegistryLogin | None = field(default=None, repr=False, compare=False)
+    fuse_mounts: tuple[str, ...] = ()  # bucket MOUNT/MOUNT_CACHED destinations (any form)
 
     def spec(self, *, rank: int, cluster_tag: str = "", node_dir: str, home: str,
              resolve: Callable[[str], str] | None = None, extra_binds: Sequence[str] = ()) -> ContainerSpec:
@@ -117,30 +126,30 @@ class ContainerRequest:
         for p in (home, node_dir, *extra_binds):
             if p and not any(p == b[1] or p.startswith(b[1].rstrip("/") + "/") for b in binds):
                 binds.append((p, p))
+        shared: list[str] = []
         for dst in self.mounts:
-            binds.append((str(resolve(dst)) if resolve else dst, dst))
+            src = str(resolve(dst)) if resolve else dst
+            binds.append((src, dst))
+            if dst in self.fuse_mounts:
+                shared.append(src)
+        for dst in self.fuse_mounts:
+            if dst.startswith("/"):
+                continue
+            # ~/x or x: under the bound HOME, which the container sees at the same path
+            rel = dst[2:] if dst.startswith("~/") else "" if dst == "~" else dst
+            src = str(resolve(dst)) if resolve else posixpath.normpath(posixpath.join(home, rel))
+            binds.append((src, src))
+            shared.append(src)
         return ContainerSpec(image=self.image, name=container_name(cluster_tag, rank), binds=binds,
                              env={"HOME": home} if home else {}, gpu_vendor=self.gpu_vendor,
                              gpu_count=self.gpu_count, run_options=list(self.run_options),
                              auth_dir=posixpath.join(node_dir, ".registry"), cluster_tag=cluster_tag,
-                             rank=rank, stage_dir=node_dir)
+                             rank=rank, stage_dir=node_dir, shared=shared)
 
 
 def container_name(cluster_tag: str, rank: int) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "-", cluster_tag).strip("-.") or "cluster"
     return f"skyd-{safe}-{rank}"
-
-
-def gpu_flags(kind: str, vendor: str | None) -> list[str]:
-    """``run`` flags that give the container the node's GPUs."""
-    if vendor == "nvidia":
-        # docker: the NVIDIA container toolkit's hook; podman: its CDI spec (nvidia-ctk cdi generate).
-        return ["--gpus", "all"] if kind == "docker" else ["--device", "nvidia.com/gpu=all"]
-    if vendor == "amd":
-        # https://rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/docker.html
-        return ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video",
-                "--group-add", "render", "--ipc", "host", "--security-opt", "seccomp=unconfined"]
-    return []
 
 
 # -- the node's runtime --------------------------------------------------------------------
@@ -383,11 +392,14 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
     args = ["run", "-d", "--name", spec.name,
             "--label", f"{LABEL_CLUSTER}={spec.cluster_tag}", "--label", f"{LABEL_RANK}={spec.rank}",
             "--network", "host", "--pid", "host", "--entrypoint", "/bin/sh"]
+    if spec.shared:  # what the leak pass must unbind when only the label is left to go by
+        args += ["--label", f"{LABEL_SHARED}={json.dumps(spec.shared)}"]
     for src, dst in spec.binds:
-        args += ["-v", f"{src}:{dst}"]
+        args += ["-v", f"{src}:{dst}:rslave" if src in spec.shared else f"{src}:{dst}"]
     for k, v in spec.env.items():
         args += ["-e", f"{k}={v}"]
-    args += gpu_flags(spec.kind, spec.gpu_vendor)
+    args += gpu_flags(spec.kind, spec.gpu_vendor,
+                      await amd_device_gids(t) if spec.gpu_vendor == "amd" else ())
     # PID 1 first writes whether the image can run the agent (python3, bash) into the bound
     # node dir (read by check_inside without another exec), then only sleeps.
     probe = f"( {_CHECK} ) > {shlex.quote(_check_file(spec))} 2>&1; " if spec.auth_dir else ""
@@ -415,32 +427,14 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
         raise _err(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
 
 
-_CDI = r"""
-ls /etc/cdi/nvidia.yaml /var/run/cdi/nvidia*.yaml >/dev/null 2>&1 && { echo have; exit 0; }
-command -v nvidia-ctk >/dev/null 2>&1 || { echo notoolkit; exit 0; }
-if [ "$(id -u)" = 0 ]; then S=""; elif sudo -n true 2>/dev/null; then S="sudo -n"; else echo noroot; exit 0; fi
-$S mkdir -p /etc/cdi && $S nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >/dev/null 2>&1 && echo made || echo failed
-"""
-
-
-async def _nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
-    """podman reaches NVIDIA GPUs through the toolkit's CDI spec: generate it when the
-    toolkit is there and the spec is not (best effort; `run` says what is missing)."""
-    res = await t.run(_CDI, timeout=120)
-    word = res.stdout.strip()
-    if word == "made":
-        log(f"{label}: generated the NVIDIA CDI spec for podman (nvidia-ctk cdi generate)")
-    elif word == "notoolkit":
-        log(f"{label}: warning: no NVIDIA container toolkit (nvidia-ctk) on the node: podman cannot"
-            " give the container its GPUs")
-
-
 async def remove(t: Transport, spec: ContainerSpec) -> None:
-    """Remove the container (running or not) and the cluster's registry credentials."""
+    """Remove the container (running or not), its shared mount points and the cluster's
+    registry credentials."""
     if not spec.runtime:
         return
     await _rt(t, spec, ["rm", "-f", "-t", "5", spec.name] if spec.kind == "podman" else ["rm", "-f", spec.name],
               timeout=120)
+    await unshare_binds(t, spec)
     if spec.auth_dir:
         await t.run(["rm", "-rf", spec.auth_dir], timeout=60)
 
@@ -456,7 +450,16 @@ async def remove_tagged(t: Transport, cluster_tag: str, runtime: Sequence[str]) 
     res = await _rt(t, spec, ["ps", "-aq", "--filter", f"label={LABEL_CLUSTER}={cluster_tag}"], timeout=60)
     ids = res.stdout.split()
     if ids:
+        fmt = f'{{{{index .Config.Labels "{LABEL_SHARED}"}}}}'
+        labels = await _rt(t, spec, ["inspect", "--format", fmt, *ids], timeout=60)
         await _rt(t, spec, ["rm", "-f", *ids], timeout=120)
+        for line in labels.stdout.splitlines():
+            try:
+                paths = json.loads(line) if line.strip().startswith("[") else []
+            except ValueError:
+                paths = []
+            if paths and all(isinstance(p, str) and p.startswith("/") for p in paths):
+                await unshare_binds(t, ContainerSpec(image="", name="", shared=paths))
     return len(ids)
 
 
@@ -510,7 +513,8 @@ async def check_gpus(t: Transport, spec: ContainerSpec) -> None:
     if spec.gpu_vendor == "nvidia":
         probe = "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"
     else:
-        probe = "ls /dev/dri/renderD* 2>/dev/null | wc -l; test -e /dev/kfd || echo 0 >&2"
+        # ROCm needs both: the compute interface (kfd) and one render node per GPU
+        probe = "if [ -e /dev/kfd ]; then ls /dev/dri/renderD* 2>/dev/null | wc -l; else echo 0; fi"
     res = await t.run(await exec_argv(spec, ["/bin/sh", "-c", probe]), timeout=60)
     seen = int((res.stdout.split() or ["0"])[0]) if (res.stdout.split() or ["0"])[0].isdigit() else 0
     if seen < spec.gpu_count:
@@ -536,12 +540,16 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
     if st == "running":
         return spec
     if st != "-":
+        if spec.shared:  # stop/down of the node's mounts undid them: before runc binds again
+            await share_binds(t, spec)
         res = await _rt(t, spec, ["start", spec.name], timeout=120)
         if res.ok:
             log(f"{label}: container {spec.name} started again")
             return spec
         await remove(t, spec)  # a container that cannot start: made again below
     try:
+        if spec.shared:  # first: a node that cannot share them fails before any pull
+            await share_binds(t, spec)
         if creds is not None:
             await login(t, spec, creds, log)
         img = facts.get("image") or ["absent"]
@@ -570,6 +578,9 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
 
 __all__ = [
     "DOCKER_ENVS",
+    "amd_device_gids",
+    "share_binds",
+    "unshare_binds",
     "ContainerRequest",
     "ContainerSpec",
     "RegistryLogin",

@@ -84,12 +84,33 @@ def _dirty(root: str | Path) -> list[Path]:
     return out
 
 
+def bind_mounts_under(root: str | Path) -> list[str]:
+    """Non-FUSE mount points below ``root`` (the shared binds a container's bucket MOUNT
+    leaves when its cluster was never torn down), deepest first."""
+    base = os.path.realpath(root).rstrip("/") + "/"
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                sep = parts.index("-") if "-" in parts else -1
+                if len(parts) < 5 or sep < 0 or parts[sep + 1].startswith("fuse"):
+                    continue
+                mp = _unescape(parts[4])
+                if (mp + "/").startswith(base) and mp + "/" != base:
+                    out.append(mp)
+    except OSError:
+        return []
+    return sorted(set(out), key=len, reverse=True)
+
+
 def _unmount_blocking(root: str | Path, wait: bool) -> list[str]:
     import time
 
     done: list[str] = []
     mounts = fuse_mounts_under(root)
     if not mounts:
+        _unbind(root)
         return done
     deadline = time.monotonic() + WRITEBACK_WAIT_S
     while wait and _dirty(root) and time.monotonic() < deadline:  # rclone drops pending uploads on unmount
@@ -103,7 +124,16 @@ def _unmount_blocking(root: str | Path, wait: bool) -> list[str]:
                     break
             except (OSError, subprocess.TimeoutExpired):
                 continue
+    _unbind(root)
     return done
+
+
+def _unbind(root: str | Path) -> None:
+    for mp in bind_mounts_under(root):
+        try:
+            subprocess.run(["umount", "-l", mp], capture_output=True, timeout=30)  # noqa: S603, S607
+        except (OSError, subprocess.TimeoutExpired):
+            continue
 
 
 async def unmount_under(root: str | Path, log: LogFn | None = None, *,

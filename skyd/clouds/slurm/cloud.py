@@ -83,7 +83,8 @@ class SlurmCloud(Cloud):
     inter_region_per_gb = None
     minimum_billing_minutes = 0.0
     gpu_ids = ()
-    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "docker_image", "labels"})
+    # docker_image: through pyxis/enroot or apptainer when the cluster has one (containers.py)
+    unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "labels"})
     config_keys = frozenset({"slurm.sbatch_options", "slurm.clusters"})
     check_ttl_s = 300.0
 

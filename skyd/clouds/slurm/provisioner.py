@@ -137,6 +137,10 @@ class SlurmProvisioner(Provisioner):
         jobdir = posixpath.join(base, "slurm", tag)
         pyz = posixpath.join(base, f"agent-{sha}.pyz")
         found = await self.find_job(t, tag)
+        wrap: list[str] = []
+        srun_flags: list[str] = []
+        if found is None and req.container is not None:
+            wrap, srun_flags = await self._container(t, cl.name, req.container, base, log)
         if found is None:
             res = await t.run(f"mkdir -p {q(jobdir)} && chmod 700 {q(base)} {q(jobdir)} && "
                               f"(test -f {q(pyz)} && echo have || true)", check=True, idempotent=True)  # fmt: skip
@@ -150,7 +154,8 @@ class SlurmProvisioner(Provisioner):
             for name, data in (await anyio.to_thread.run_sync(agent_credentials, token)).items():
                 await t.write_file(posixpath.join(jobdir, name), data, mode=0o600)
             await t.write_file(posixpath.join(jobdir, "node.sh"), scripts.node_script(
-                base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha).encode(), mode=0o700)
+                base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha,
+                wrap=wrap).encode(), mode=0o700)
             gres = None
             off = req.offering
             if off.accelerator and off.accelerator_count:
@@ -159,7 +164,8 @@ class SlurmProvisioner(Provisioner):
                 gres = f"gpu:{typ}:{n}" if typ else f"gpu:{n}"
             script = scripts.job_script(tag=tag, num_nodes=req.num_nodes, partition=partition, gres=gres,
                                         cpus=None, options=options, jobdir=jobdir,
-                                        nodes_glob=posixpath.join(base, "nodes", tag + "-"))  # fmt: skip
+                                        nodes_glob=posixpath.join(base, "nodes", tag + "-"),
+                                        srun_flags=srun_flags)  # fmt: skip
             await t.write_file(posixpath.join(jobdir, "job.sh"), script.encode(), mode=0o700)
             await t.run(["rm", "-f", posixpath.join(jobdir, "release")], idempotent=True, timeout=30)
             res = await t.run(["sbatch", "--parsable", posixpath.join(jobdir, "job.sh")], timeout=60)
@@ -182,6 +188,12 @@ class SlurmProvisioner(Provisioner):
             token = res.stdout.strip() or token
         await self._wait_running(t, tag, job_id, log, req.on_status)
         nodes = await self._wait_agents(t, cl, base, tag, job_id, req.num_nodes, sha)
+        if req.container is not None:  # what a relaunch is checked against, and `start` runs again
+            ctr = {"image": req.container.image, "mounts": list(req.container.mounts),
+                   "binds": [[b, b] for b in (base, *req.container.mounts)],
+                   "gpu_vendor": req.container.gpu_vendor}
+            for nh in nodes:
+                nh.extra["container"] = ctr
         for nh in nodes:
             log(f"Node {nh.rank} ({nh.extra['slurm_node']}): agent up on {nh.internal_ip}:{nh.agent_port}")
         off = req.offering
@@ -197,6 +209,26 @@ class SlurmProvisioner(Provisioner):
                 + " (what the driver installed there shows)")},
             tag=tag,
         )
+
+    async def _container(self, t: SSHTransport, cluster: str, want: Any, base: str,
+                         log: LogFn) -> tuple[list[str], list[str]]:
+        """image_id docker:<img>: (node.sh's agent prefix, the srun step's flags) for the
+        container runtime the cluster offers; none is one message before anything is made."""
+        from skyd.clouds.slurm import containers
+
+        res = await t.run(containers.PROBE, timeout=60, idempotent=True)
+        kind = containers.choose(res.stdout)
+        if kind is None:
+            msg, hint = containers.none_message(cluster, want.image)
+            raise ResourcesUnavailableError(msg, scope="region", provider_message=msg,  # type: ignore[arg-type]
+                                            hint=hint)
+        if want.login is not None:
+            log(containers.registry_note(want.image))
+        binds = [base, *want.mounts]
+        log(f"slurm/{cluster}: the task runs in {want.image} ({'pyxis/enroot' if kind == 'pyxis' else kind})")
+        if kind == "pyxis":
+            return [], containers.pyxis_flags(want.image, binds)
+        return containers.apptainer_prefix(kind, want.image, binds, want.gpu_vendor), []
 
     async def _wait_running(self, t: SSHTransport, tag: str, job_id: str, log: LogFn,
                             on_status: Callable[[str], Awaitable[None]] | None = None) -> None:  # fmt: skip
@@ -350,8 +382,15 @@ class SlurmProvisioner(Provisioner):
                        accelerator_count=next(iter(handle.accelerators.values()), 0.0),
                        vcpus=handle.cpus or 0.0, memory_gib=handle.memory_gib or 0.0,
                        region=handle.region or "", zone=handle.zone, price=0.0, spot_price=None)  # fmt: skip
+        ctr = handle.nodes[0].extra.get("container") if handle.nodes else None
+        container = None
+        if ctr:  # image_id docker:<img>: the new allocation runs in the image again
+            from skyd.transports.container_runtime import ContainerRequest
+
+            container = ContainerRequest(image=str(ctr["image"]), cluster_tag=handle.cluster_tag,
+                                         mounts=tuple(ctr.get("mounts") or ()), gpu_vendor=ctr.get("gpu_vendor"))
         req = ProvisionRequest(handle.cluster_name, handle.num_nodes, off, False, token=handle.token,
-                               tag=handle.cluster_tag)  # fmt: skip
+                               tag=handle.cluster_tag, container=container)  # fmt: skip
         return await self.provision(req, log)
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:

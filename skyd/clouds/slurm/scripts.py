@@ -10,6 +10,7 @@ Layout on the cluster's shared file system (the login user's home):
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from skyd.fsutil import REMOTE_SRC
 from skyd.transports import agent_scripts
@@ -69,19 +70,26 @@ print("removed")
 """
 
 
-def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str) -> str:
+def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str,
+                wrap: Sequence[str] = ()) -> str:
     """Run on every allocated node by the job's srun step: the agent, in the foreground (so
     Slurm's process tracking sees it and everything it starts). The agent schedules on what
     Slurm allocated on the node: ``$SLURM_CPUS_ON_NODE`` CPUs, and the GPUs its own detection
     finds (nvidia-smi / amd-smi / rocm-smi on the node) narrowed to the devices the gres
     allocation made visible (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, see
     ``skyd.nodeagent.gpu.restrict_visible``): a node whose driver shows no GPU reports none,
-    and the GPU check (``skyd.clouds.gpucheck``) fails the launch naming the partition."""
+    and the GPU check (``skyd.clouds.gpucheck``) fails the launch naming the partition.
+    ``wrap``: the argv that runs the agent in the task's image (apptainer/singularity;
+    skyd.clouds.slurm.containers)."""
+    prefix = shlex.join(wrap) + " " if wrap else ""
+
     return f"""#!/bin/bash
 set -e
 nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
 mkdir -p "$nd" && chmod 700 {q(base)} "$nd"
 addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+# in an image (pyxis) there may be no scontrol: the batch script wrote every node's address
+[ -n "$addr" ] || addr=$(awk -v n="$SLURMD_NODENAME" '$1 == n {{print $2}}' {q(base)}/slurm/{q(tag)}/nodeaddrs 2>/dev/null)
 [ -n "$addr" ] || addr=$(hostname)
 rm -f "$nd/token"
 (umask 077 && cp {q(base)}/slurm/{q(tag)}/agent.crt {q(base)}/slurm/{q(tag)}/agent.key {q(base)}/slurm/{q(tag)}/ca.crt "$nd/")
@@ -102,13 +110,15 @@ fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
 cd "$nd"
-exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
+exec {prefix}python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
   --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
 """
 
 
 def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | None,
-               cpus: int | None, options: dict[str, str], jobdir: str, nodes_glob: str) -> str:  # fmt: skip
+               cpus: int | None, options: dict[str, str], jobdir: str, nodes_glob: str,
+               srun_flags: Sequence[str] = ()) -> str:  # fmt: skip
+    """``srun_flags``: the step's container options (pyxis; skyd.clouds.slurm.containers)."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name={q('skyd-' + tag)}", f"#SBATCH --nodes={num_nodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={q(jobdir + '/slurm-%j.out')}"]  # fmt: skip
     if partition:
@@ -119,7 +129,12 @@ def job_script(*, tag: str, num_nodes: int, partition: str | None, gres: str | N
         lines.append(f"#SBATCH --cpus-per-task={int(cpus)}")
     for k, v in options.items():
         lines.append(f"#SBATCH --{k}" + (f"={q(v)}" if v != "" else ""))
-    lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0 /bin/bash {q(jobdir + '/node.sh')}")
+    if srun_flags:  # the step runs in an image that may lack scontrol: node.sh reads this map
+        lines.append(f"scontrol show node -o \"$SLURM_JOB_NODELIST\" 2>/dev/null | tr ' ' '\\n' | awk -F="
+                     f" '$1 == \"NodeName\" {{n=$2}} $1 == \"NodeAddr\" {{print n, $2}}'"
+                     f" > {q(jobdir + '/nodeaddrs')} || true")
+    extra = "".join(f" {q(f)}" for f in srun_flags)
+    lines.append(f"srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=0{extra} /bin/bash {q(jobdir + '/node.sh')}")
     # The agents exited. Unless they stopped on purpose (autostop: stopped.json), keep the
     # allocation a minute so the daemon's srun --overlap step can still clean every node.
     lines.append(f"for i in $(seq 60); do [ -e {q(jobdir + '/release')} ] && break; "
