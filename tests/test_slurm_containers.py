@@ -116,7 +116,7 @@ def test_scripts_run_the_agent_in_the_image(tmp_path: Path) -> None:
     assert "--container-image=nvcr.io#nvidia/pytorch:24.01-py3" in srun and srun.endswith("/node.sh")
     wrap = containers.apptainer_prefix("apptainer", "rocm/pytorch:latest", ["/home/u/.skyd"], "amd")
     node = scripts.node_script(base="/home/u/.skyd", tag="c-1", cluster="c", pyz="/home/u/.skyd/a.pyz", sha="s",
-                               accelerator="MI300X", wrap=wrap)
+                               wrap=wrap)
     assert "exec apptainer exec --writable-tmpfs --bind /home/u/.skyd:/home/u/.skyd --rocm" \
            " docker://rocm/pytorch:latest python3 /home/u/.skyd/a.pyz" in node
     plain = scripts.node_script(base="/home/u/.skyd", tag="c-1", cluster="c", pyz="/a.pyz", sha="s")
