@@ -82,15 +82,19 @@ def provider_specs() -> dict[str, str]:
 
 
 class _Names:
-    """The provider names: the spec list (read once, on first use) plus names registered
-    at run time by :func:`skyd.clouds.base.register_cloud`. Set-like: ``in``, iteration."""
+    """The provider names: the spec list (read on first use, and again when
+    $SKYD_CLOUD_PLUGINS changes) plus names registered at run time by :func:`skyd.clouds.base.register_cloud`. Set-like: ``in``, iteration."""
 
     def __init__(self) -> None:
         self._names: set[str] | None = None
+        self._env: str | None = None  # the $SKYD_CLOUD_PLUGINS the names were read with
+        self._added: set[str] = set()
 
     def _all(self) -> set[str]:
-        if self._names is None:
-            self._names = set(provider_specs())
+        env = os.environ.get(PLUGIN_ENV, "")
+        if self._names is None or env != self._env:
+            self._names = set(provider_specs()) | self._added
+            self._env = env
         return self._names
 
     def __contains__(self, name: object) -> bool:
@@ -103,6 +107,7 @@ class _Names:
         return len(self._all())
 
     def add(self, name: str) -> None:
+        self._added.add(name.lower())
         self._all().add(name.lower())
 
 

@@ -211,16 +211,31 @@ def test_missing_credentials_end_the_launch_with_the_fix(
     assert sum(aws.proxy.calls.values()) == calls and aws.leftovers() == {}  # no call at all
 
 
-def test_a_gpu_node_without_its_gpus_is_not_called_up(env: Env, aws: Cloud, tmp_path: Path) -> None:
-    """The pipeline's GPU check runs on AWS too: the fake hosts behind these instances have
-    no GPU tools, so a g4dn (T4) node fails it with the provider, zone and image named, and
-    the attempt's instance is terminated; the cluster never reaches UP."""
+def test_a_gpu_node_proves_its_gpus_and_an_ami_without_the_driver_is_named(
+    env: Env, aws: Cloud, tmp_path: Path
+) -> None:
+    """The pipeline's GPU check runs on AWS too. The fake host behind an instance shows the
+    instance type's GPUs (AWS's GpuInfo) to nvidia-smi only when its AMI carries the NVIDIA
+    driver: the default Deep Learning AMI brings a g4dn up with its T4 confirmed; a plain
+    Ubuntu AMI chosen by the task ends the launch naming the image and the field, and the
+    attempt's instance is terminated."""
     task = ("resources:\n  infra: aws/us-east-1/use1-az6\n  instance_type: g4dn.xlarge\n"
-            "run: nvidia-smi\n")
+            "run: nvidia-smi --query-gpu=name --format=csv,noheader\n")
     evs = _events(_submit(tmp_path, "awsgpu", task))
+    text = json.dumps(evs)
+    assert evs[-1]["type"] == "result", text[-2000:]
+    assert "GPUs confirmed by the node agents: T4:1 per node" in text, evs[-3:]
+    assert _row(env, "awsgpu") is not None
+    env.ok("down", "awsgpu", "-y")
+    assert aws.leftovers() == {}
+    plain = [i for i in aws.boto().describe_images(Owners=["amazon"])["Images"]
+             if "ubuntu" in str(i.get("Name", "")).lower() and "deep learning" not in str(i.get("Name", "")).lower()]
+    assert plain, "moto ships Ubuntu AMIs"
+    ami = plain[0]["ImageId"]
+    evs = _events(_submit(tmp_path, "awsnodrv", task.replace("g4dn.xlarge\n", f"g4dn.xlarge\n  image_id: {ami}\n")))
     assert evs[-1]["type"] == "error", evs[-3:]
     text = json.dumps(evs)
-    assert "aws/us-east-1" in text and "the nodes do not have the ordered T4:1" in text, evs[-3:]
-    assert "node 0 has no GPUs" in text and "image:" in text, evs[-3:]
-    assert _row(env, "awsgpu") is None
+    assert "aws/us-east-1" in text and ami in text and "resources.image_id" in text, evs[-3:]
+    assert "nvidia-smi" in text and "node 0 has no GPUs" in text, evs[-3:]
+    assert _row(env, "awsnodrv") is None
     assert aws.leftovers() == {}

@@ -55,6 +55,37 @@ class HostsThread:
         for h in self.hosts:
             h.authorize(Path(path))
 
+    def boot(self, addr: str, image_name: str, instance_type: str) -> None:
+        """The host at ``addr`` becomes an ``instance_type`` booted from an AMI named
+        ``image_name``: its GPUs (AWS's instance-type data as moto ships it, ``GpuInfo``) show
+        to nvidia-smi only when the AMI carries the NVIDIA driver (AWS's Deep Learning AMIs,
+        the Neuron ones aside), to amd-smi only on a ROCm AMI."""
+        from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+        from tests.fakes.gpuprofile import CARDS, profile
+
+        host = next((h for h in self.hosts if h.host == addr), None)
+        if host is None:
+            return
+        fakebin = host.root / "fakebin"
+        for tool in ("nvidia-smi", "amd-smi", "rocm-smi"):
+            (fakebin / tool).unlink(missing_ok=True)
+        gpus = (INSTANCE_TYPES.get(instance_type, {}).get("GpuInfo") or {}).get("Gpus") or []
+        if not gpus:
+            return
+        card, count, maker = str(gpus[0]["Name"]), int(gpus[0]["Count"]), str(gpus[0]["Manufacturer"])
+        low = image_name.lower()
+        cuda = "deep learning" in low and "neuron" not in low  # the DLAMIs carry the NVIDIA driver
+        if card not in CARDS and maker != "NVIDIA":
+            return  # a card whose tool output the profiles do not model
+        printed = None if card in CARDS else f"{maker} {card}"
+        tools = profile(host.root / "gpu", card, count, rocm="rocm" in low, cuda=cuda, printed_name=printed)
+        if isinstance(tools, dict):
+            for tool, data in tools.items():
+                script = fakebin / tool
+                script.write_text(f"#!/bin/sh\ncat {data}\n")
+                script.chmod(0o755)
+
     def stop(self) -> None:
         async def down() -> None:
             for h in self.hosts:
@@ -74,7 +105,13 @@ class Cloud:
         self.moto, self.moto_url = start_moto()
         self.hosts = HostsThread(root / "hosts", hosts).start() if hosts else None
         self.proxy = AWSProxy(self.moto_url, hosts=self.hosts.addrs if self.hosts else [],
-                              on_key=self.hosts.authorize if self.hosts else None).start()
+                              on_key=self.hosts.authorize if self.hosts else None,
+                              on_boot=self._boot if self.hosts else None).start()
+
+    def _boot(self, addr: str, image_id: str, instance_type: str) -> None:
+        assert self.hosts is not None
+        images = self.boto().describe_images(ImageIds=[image_id])["Images"] if image_id else []
+        self.hosts.boot(addr, str(images[0].get("Name", "")) if images else "", instance_type)
 
     @property
     def env(self) -> dict[str, str]:

@@ -52,7 +52,7 @@ def test_card_variants_are_distinct_ids() -> None:
     assert canonical_name("H100-SXM") == "H100-SXM" and canonical_name("MI355X_288GB") == "MI355X"
     assert gpunames.canonical_gpu("crusoe", "H100-SXM-80GB") == "H100-SXM"
     # every provider's ids are unique (no two cards share one)
-    for p, rows in gpunames.PROVIDER_GPUS.items():
+    for p, rows in gpunames.provider_gpus().items():
         assert len({pid for _, pid, _ in rows}) == len(rows), p
 
 
@@ -67,6 +67,6 @@ def test_an_agent_report_meets_the_order_of_the_same_card(ordered: str, reported
 
 
 def test_every_name_in_the_table_is_a_registry_name() -> None:
-    for p, rows in gpunames.PROVIDER_GPUS.items():
+    for p, rows in gpunames.provider_gpus().items():
         for canon, _, _ in rows:
             assert lookup_accelerator(canon) == canon, (p, canon)

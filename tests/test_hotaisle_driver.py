@@ -87,3 +87,21 @@ async def test_catalog_refresh_reads_cents_per_hour(cloud: HotAisleCloud, tmp_pa
     text = (await refresh_catalog("hotaisle")).read_text()
     assert "8x-MI300X,MI300X,8" in text and "15.92" in text and "1x-MI300X,MI300X,1" in text
     clear_catalog_cache()
+
+
+async def test_every_bundled_catalog_row_comes_up_with_its_gpus_confirmed(cloud: HotAisleCloud,
+                                                                         fake: FakeHotAisle) -> None:
+    """The catalog walk: each bundled Hot Aisle row is a create the fake accepts (its swagger)
+    and a VM whose agent confirms the ordered MI300X count (Hot Aisle's VMs ship with ROCm)."""
+    from skyd.clouds import gpucheck
+    from skyd.clouds.catalog import load_catalog
+
+    rows = load_catalog().by_cloud("hotaisle")
+    assert {o.instance_type for o in rows} >= {"1x-MI300X", MI8}
+    p = cloud.provisioner()
+    for i, o in enumerate(rows):
+        h = await p.provision(request(f"hawalk{i}", o), lambda _: None)
+        assert h.accelerators == {"MI300X": o.accelerator_count}
+        assert h.extra.get(gpucheck.CONFIRMED) is True, o
+        await p.terminate(h, lambda _: None)
+    assert fake.rejected == [] and fake.live() == []

@@ -21,7 +21,7 @@ from skyd.clouds.crusoe.cloud import CrusoeCloud
 from skyd.clouds.crusoe.provisioner import default_image as crusoe_image
 from skyd.clouds.do.cloud import AMDDevCloud, DOCloud
 from skyd.clouds.do.provisioner import default_image as do_image
-from skyd.clouds.neocloud.rest import APIError
+from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.offering import Offering
 from skyd.errors import ResourcesUnavailableError
 from tests.fakes.crusoeapi import FakeCrusoe

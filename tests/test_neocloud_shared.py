@@ -9,7 +9,7 @@ import time
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.gpus import canonical_gpu, provider_gpu_id
 from skyd.clouds.neocloud.http import APIError, error_text, parse_retry_after
-from skyd.clouds.neocloud.vmprov import of_tag, vm_name
+from skyd.clouds.vm.provisioner import of_tag, vm_name
 from skyd.errors import CredentialsError, ResourcesUnavailableError
 
 

@@ -154,3 +154,30 @@ async def test_a_user_image_without_rocm_fails_with_the_image_named(cloud: Vultr
     assert "user_data" not in fake.creates[-1]
     await cloud.provisioner().forget(req.partial())
     assert fake.live() == []
+
+
+async def test_every_bundled_catalog_row_comes_up_with_its_gpus_confirmed(cloud: VultrCloud,
+                                                                         fake: FakeVultr) -> None:
+    """The catalog walk: each bundled Vultr row (MI300X bare metal) is a create the fake
+    accepts and, on the default OS with the ROCm first-boot install, a server whose agent
+    confirms the ordered GPUs; a CPU plan comes up too (NVIDIA: test_gpu_vm_goes_to_instances)."""
+    from skyd.clouds import gpucheck
+    from skyd.clouds.catalog import load_catalog
+
+    rows = load_catalog().by_cloud("vultr")
+    assert rows
+    p = cloud.provisioner()
+    for i, o in enumerate(rows):
+        h = await p.provision(request(f"vuwalk{i}", o), lambda _: None)
+        assert fake.creates[-1]["plan"] == o.instance_type and "user_data" in fake.creates[-1]
+        assert h.extra.get(gpucheck.CONFIRMED) is True, o
+        await p.terminate(h, lambda _: None)
+    # a CPU plan (not in the bundled catalog, which lists GPU plans): an instance on the
+    # default OS, no ROCm user data, reachable, nothing to confirm
+    cpu = Offering("vultr", "vc2-2c-4gb", None, 0.0, 2, 4, "ewr", None, 0.03, None)
+    h = await p.provision(request("vucpu", cpu), lambda _: None)
+    body = fake.creates[-1]
+    assert body["_kind"] == "instances" and body["os_id"] == 1743 and "user_data" not in body
+    assert h.accelerators == {} and await healthy(cloud, h)
+    await p.terminate(h, lambda _: None)
+    assert fake.live() == []

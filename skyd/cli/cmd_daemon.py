@@ -26,10 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                      help="only start the daemon and print its socket's path")
     dsp.set_defaults(func=run_dial_stdio)
     dp = ds.add_parser(
-        "deploy", help="install skyd on a host over SSH and run its daemon there",
+        "deploy", help="install skyd on a host over SSH (or in Kubernetes) and run its daemon "
+                       "there",
         description="Install this skyd on HOST (ssh://user@host[:port] or ssh://ALIAS) and "
                     "start its daemon there (a systemd user service with lingering, else "
-                    "detached). Then point clients at it with the SKYD_HOST line it prints, "
+                    "detached); or, for k8s://CONTEXT/NAMESPACE, run it as a one-replica "
+                    "StatefulSet with a volume for its state. Then point clients at it with the SKYD_HOST line it prints, "
                     "`skyd --host …`, or `skyd context add`. Idempotent.")
     dp.add_argument("host", metavar="HOST")
     dp.add_argument("--binary", help="the skyd executable to install (default: this one "
@@ -40,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="copy these local credentials there, 0600: aws,gcp,kubernetes")
     dp.add_argument("--remote-home", metavar="PATH", help="SKYD_HOME on the host")
     dp.add_argument("--context", metavar="NAME", help="also save it as this context")
+    dp.add_argument("--image", metavar="IMAGE",
+                    help="k8s:// only: an image with skyd on its PATH (default: a stock "
+                         "python image and the skyd executable copied onto its volume)")
     dp.set_defaults(func=run_deploy)
 
 
@@ -104,9 +109,16 @@ def run_dial_stdio(args: argparse.Namespace) -> int:
 
 def run_deploy(args: argparse.Namespace) -> int:
     from skyd.cli.deploy import deploy, host_line
-    from skyd.sdk.remote import parse_host
+    from skyd.errors import InvalidSpecError
+    from skyd.sdk.kubehost import is_k8s
+    from skyd.sdk.remote import parse_ssh
 
-    t = parse_host(args.host, remote_home=args.remote_home)
+    if is_k8s(args.host):
+        return _deploy_k8s(args)
+    if args.image:
+        raise InvalidSpecError("--image is for k8s:// hosts", field="--image",
+                               hint="an SSH host runs the executable deploy copies there")
+    t = parse_ssh(args.host, remote_home=args.remote_home)
     lines: list[str] = []
     try:
         t = deploy(t, binary=args.binary, upgrade=args.upgrade,
@@ -115,6 +127,35 @@ def run_deploy(args: argparse.Namespace) -> int:
         for ln in lines:
             sys.stderr.write(ln + "\n")
     url = host_line(t)
+    if args.context:
+        from skyd.cli.cmd_context import add_context
+
+        add_context(args.context, url)
+        sys.stderr.write(f"saved as context {args.context!r} (skyd context use {args.context})\n")
+    sys.stdout.write(f"export SKYD_HOST={url}\n")
+    return 0
+
+
+def _deploy_k8s(args: argparse.Namespace) -> int:
+    """``skyd daemon deploy k8s://CONTEXT/NAMESPACE`` (skyd.cli.deploy_k8s)."""
+    from skyd.cli.deploy_k8s import deploy
+    from skyd.errors import InvalidSpecError
+    from skyd.sdk.kubehost import parse_k8s
+
+    for flag in ("with_credentials", "remote_home"):
+        if getattr(args, flag, None):
+            name = "--" + flag.replace("_", "-")
+            raise InvalidSpecError(f"{name} is for ssh:// hosts", field=name,
+                                   hint="a pod's daemon keeps SKYD_HOME on its volume and uses "
+                                        "the pod's service account")
+    t = parse_k8s(args.host)
+    lines: list[str] = []
+    try:
+        t = deploy(t, binary=args.binary, image=args.image, upgrade=args.upgrade, out=lines)
+    finally:
+        for ln in lines:
+            sys.stderr.write(ln + "\n")
+    url = t.url()
     if args.context:
         from skyd.cli.cmd_context import add_context
 

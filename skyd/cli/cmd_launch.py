@@ -146,37 +146,43 @@ def run_launch(args: argparse.Namespace) -> int:
         minimize=args.minimize, config=args.config, **_overrides(args),
     )
     client = get_client()
-    proceed, plan_shown = _confirmed(client, payload, args)
+    proceed, plan = _confirmed(client, payload, args)
     if not proceed:
         print("Aborted.", file=sys.stderr)
         return 1
-    return _finish(client, client.submit("launch", payload), args, show_plan=not plan_shown)
+    if plan is not None and isinstance(plan.get("plan_id"), str):
+        # the launch runs the plan just shown (the daemon plans again only if it changed)
+        payload = {**payload, "plan_id": plan["plan_id"]}
+    return _finish(client, client.submit("launch", payload), args, show_plan=plan is None)
 
 
-def _confirmed(client: Any, payload: dict[str, Any], args: argparse.Namespace) -> tuple[bool, bool]:
+def _confirmed(client: Any, payload: dict[str, Any],
+               args: argparse.Namespace) -> tuple[bool, dict[str, Any] | None]:
     """Like `sky launch`: show the plan and ask before making a new cluster (interactive
-    terminals only; -y, --dryrun, --async and -o json never ask). (proceed, plan shown)."""
+    terminals only; -y, --dryrun, --async and -o json never ask). (proceed, the plan shown
+    or None)."""
     if args.yes or args.dryrun or args.async_ or args.output == "json":
-        return True, False
+        return True, None
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        return True, False
+        return True, None
     if args.cluster and client.get("/v1/status", {"name": [args.cluster]}):
-        return True, False  # an existing cluster is reused (or restarted): nothing new is made
+        return True, None  # an existing cluster is reused (or restarted): nothing new is made
     from skyd.cli.progress import follow_request
 
     with open(os.devnull, "w") as quiet:
         plan = follow_request(client, client.submit("launch", {**payload, "dryrun": True}),
                               out=quiet, err=quiet)
-    if isinstance(plan, dict) and plan.get("table"):
-        print(plan["table"], file=sys.stderr)
-    if isinstance(plan, dict) and plan.get("launchable") is False:
-        return True, True  # nothing to confirm: the launch fails with the reason shown
+    shown: dict[str, Any] = plan if isinstance(plan, dict) else {}
+    if shown.get("table"):
+        print(shown["table"], file=sys.stderr)
+    if shown.get("launchable") is False:
+        return True, shown  # nothing to confirm: the launch fails with the reason shown
     what = f"cluster '{args.cluster}'" if args.cluster else "cluster"
     try:
         answer = input(f"Launching a new {what}. Proceed? [Y/n]: ")
     except EOFError:
-        return False, True
-    return answer.strip().lower() in ("", "y", "yes"), True
+        return False, shown
+    return answer.strip().lower() in ("", "y", "yes"), shown
 
 
 def run_exec(args: argparse.Namespace) -> int:

@@ -239,8 +239,81 @@ class Provisioner(ABC):
         """Release connections (HTTP sessions, forwards, SSH)."""
 
 
+#: GPU ids of one provider: ((canonical name, the provider's id, other spellings it uses), ...).
+#: The id is what a create request carries; the other spellings are only read.
+GpuIds = tuple[tuple[str, str, tuple[str, ...]], ...]
+#: Internet egress: cumulative tiers ((upper bound in GB, $/GB), ...), the last bound inf.
+EgressTiers = tuple[tuple[float, float], ...]
+
+#: The facts every provider states on its `Cloud` class (no default: a provider that
+#: forgets one is refused when its class is made, i.e. when its module is imported).
+#: Central code (the solver's egress costs, the plan's minimum charges, the GPU-name
+#: canonicaliser) asks the registry for them (:func:`provider_facts`).
+REQUIRED_FACTS: dict[str, str] = {
+    "egress_tiers": "internet egress $/GB leaving this infra, as cumulative tiers "
+                    "((upper bound GB, $/GB), ...), e.g. ((math.inf, 0.0),) for free egress",
+    "inter_region_per_gb": "$/GB between two regions of this infra (None: the internet rate)",
+    "minimum_billing_minutes": "minutes billed at least per machine however short its life "
+                               "(0.0 when billing is per second or minute)",
+    "gpu_ids": "the provider's own GPU ids ((canonical name, provider id, other spellings), "
+               "...); () when it names GPUs as skyd does",
+}
+
+
+class ProviderFactError(TypeError):
+    """A provider class that does not state one of :data:`REQUIRED_FACTS` (a programming
+    error of the provider, raised when its class is made)."""
+
+
+def _check_facts(cls: Any) -> None:
+    where = f"{cls.__module__}:{cls.__qualname__}"
+    for fact, what in REQUIRED_FACTS.items():
+        if not hasattr(cls, fact):
+            raise ProviderFactError(
+                f"provider {where} does not state the fact {fact!r} ({what}); "
+                f"set `{fact}` on the Cloud class (docs/providers.md)")
+    tiers = cls.egress_tiers
+    if (not isinstance(tiers, tuple) or not tiers
+            or not all(isinstance(t, tuple) and len(t) == 2 for t in tiers)
+            or tiers[-1][0] != float("inf")):
+        raise ProviderFactError(
+            f"provider {where}: egress_tiers must be ((upper bound GB, $/GB), ...) ending "
+            f"with an unbounded tier (math.inf), got {tiers!r}")
+    ir, mins = cls.inter_region_per_gb, cls.minimum_billing_minutes
+    if ir is not None and (isinstance(ir, bool) or not isinstance(ir, int | float) or ir < 0):
+        raise ProviderFactError(f"provider {where}: inter_region_per_gb must be $/GB >= 0 or "
+                                f"None, got {ir!r}")
+    if isinstance(mins, bool) or not isinstance(mins, int | float) or mins < 0:
+        raise ProviderFactError(f"provider {where}: minimum_billing_minutes must be minutes "
+                                f">= 0, got {mins!r}")
+    gpu_ids = cls.gpu_ids
+    if not isinstance(gpu_ids, tuple) or not all(
+            isinstance(g, tuple) and len(g) == 3 and isinstance(g[2], tuple) for g in gpu_ids):
+        raise ProviderFactError(
+            f"provider {where}: gpu_ids must be ((canonical, provider id, (spellings...)), ...), "
+            f"got {gpu_ids!r}")
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """How a provider's catalog pairs GPU-only rows (no instance type) with the host machine
+    types that carry them (GCP's catalog shape; skyd.clouds.catalog_csv)."""
+
+    host_families: tuple[str, ...]  # machine types (prefixes) that are GPU hosts only
+    gpu_hosts: dict[tuple[str, int], tuple[str, ...]]  # (accelerator, count) -> host types
+    # (type, vCPUs, GiB, $/h, spot $/h) for accelerators with no host type in gpu_hosts
+    fallback_host: tuple[str, float, float, float, float | None]
+    # host types the files lack: type -> (vCPUs, GiB, $/h, spot $/h)
+    missing_hosts: dict[str, tuple[float, float, float, float | None]] = field(default_factory=dict)
+
+
 class Cloud(ABC):
     name: str = ""
+    # -- provider facts (REQUIRED_FACTS): no default here; every provider states them ----
+    egress_tiers: EgressTiers
+    inter_region_per_gb: float | None
+    minimum_billing_minutes: float
+    gpu_ids: GpuIds
     #: features this infra does not support (keys of FEATURE_FIELDS), checked before
     #: provisioning: a candidate on this infra is skipped for a task that uses one.
     unsupported: frozenset[str] = frozenset()
@@ -255,6 +328,9 @@ class Cloud(ABC):
     #: image_id docker:<img> is the node's own image (a pod): no container is started on
     #: the node (ProvisionRequest.container stays None). docs/containers.md
     native_containers: bool = False
+    #: the catalog lists GPU-only rows apart from host machine types (GCP): how to pair them.
+    #: None: every row names its instance type (a GPU-only row is a format error).
+    catalog_split_rows: SplitRows | None = None
 
     @abstractmethod
     async def check(self) -> tuple[bool, str]:
@@ -285,6 +361,10 @@ class Cloud(ABC):
         """Release the provider's clients (the daemon calls it at shutdown)."""
         await self.provisioner().close()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_facts(cls)
+
 
 # -- the registry: skyd.cloudnames lists the providers; factories load on first use --------
 
@@ -294,12 +374,14 @@ _INSTANCES: dict[str, Cloud] = {}
 
 
 def register_cloud(name: str, factory: CloudFactory) -> None:
-    """Register (or replace) a provider at run time; the next get_cloud makes a new one."""
+    """Register (or replace) a provider at run time; the next get_cloud makes a new one.
+    A factory that is a class was checked for the provider facts when it was made."""
     from skyd.cloudnames import REGISTERED
 
     REGISTERED.add(name.lower())
     _REGISTRY[name] = factory
     _INSTANCES.pop(name, None)
+    _FACTS.clear()
 
 
 def _load_spec(name: str, spec: str) -> CloudFactory:
@@ -308,7 +390,7 @@ def _load_spec(name: str, spec: str) -> CloudFactory:
     module, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+    except (ImportError, AttributeError, ProviderFactError) as e:
         raise SkydError(
             f"provider {name!r} ({spec}) failed to load: {e}",
             hint="fix or remove it (skyd.cloudnames, entry point skyd.clouds, $SKYD_CLOUD_PLUGINS)",
@@ -333,6 +415,50 @@ def get_cloud(name: str) -> Cloud:
             factory = _load_spec(name, spec)
         _INSTANCES[name] = factory()
     return _INSTANCES[name]
+
+
+@dataclass(frozen=True)
+class ProviderFacts:
+    """What central code needs to know of one infra (the values of REQUIRED_FACTS)."""
+
+    egress_tiers: EgressTiers
+    inter_region_per_gb: float | None
+    minimum_billing_minutes: float
+    gpu_ids: GpuIds
+
+
+_FACTS: dict[tuple[str, str], ProviderFacts | None] = {}
+
+
+def cloud_class(name: str) -> type[Cloud] | None:
+    """The class of provider `name` (its module imported, nothing instantiated), None when
+    this process has no such provider."""
+    from skyd.cloudnames import provider_specs
+
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        spec = provider_specs().get(name)
+        if spec is None:
+            return None
+        factory = _load_spec(name, spec)
+    if isinstance(factory, type) and issubclass(factory, Cloud):
+        return factory
+    return type(get_cloud(name))  # a factory function: its product says
+
+
+def provider_facts(name: str) -> ProviderFacts | None:
+    """The facts of infra `name`: a provider's (its Cloud class), else those of a cloud
+    skyd has a catalog for but no provider (:mod:`skyd.clouds.catalog_only`), else None."""
+    key = (name, os.environ.get("SKYD_CLOUD_PLUGINS", ""))
+    if key not in _FACTS:
+        cls = cloud_class(name)
+        if cls is not None:
+            _FACTS[key] = ProviderFacts(**{f: getattr(cls, f) for f in REQUIRED_FACTS})
+        else:
+            from skyd.clouds.catalog_only import CATALOG_ONLY_FACTS
+
+            _FACTS[key] = CATALOG_ONLY_FACTS.get(name)
+    return _FACTS[key]
 
 
 def registered_clouds() -> list[str]:

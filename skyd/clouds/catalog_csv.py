@@ -10,12 +10,14 @@ Two quirks are handled here, in one place:
   ``MI355X_288GB``) so that a request for ``MI355X`` matches every cloud that rents one.
   Card variants stay apart, as in SkyPilot's catalogs: ``H100`` (PCIe), ``H100-SXM`` and
   ``H100-NVL`` are three names.
-* **GCP's split rows.** GCP lists machine types (a2/a3/g2, no accelerator, host price only)
-  and GPU-only rows (no instance type, GPU price only). A GPU-only row is paired with the
-  host machine type SkyPilot would use in that zone (:data:`GPU_HOSTS`); the offering's price
-  is host + GPU. Accelerators with no host family in the file (T4, V100, ...) get an
-  ``n1-highmem-8`` host at :data:`N1_HOST` prices (an approximation, see docs/solver.md).
-  Machine types that only exist as GPU hosts are not offered as CPU-only instances.
+* **Split rows** (GCP's catalog). A provider whose catalog lists machine types (no
+  accelerator, host price only) apart from GPU-only rows (no instance type, GPU price only)
+  states how to pair them on its Cloud class (``catalog_split_rows``, a
+  :class:`skyd.clouds.base.SplitRows`; GCP's is ``skyd/clouds/gcp/catalog.py``). A GPU-only
+  row is paired with the host machine type that carries it in that zone; the offering's
+  price is host + GPU; an accelerator with no host there gets the provider's fallback host.
+  Machine types that only exist as GPU hosts are not offered as CPU-only instances. GPU-only
+  rows of a provider that states no pairing are a format error.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ import csv
 import io
 import re
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from skyd.clouds.gpunames import catalog_name
 from skyd.clouds.offering import Offering
+
+if TYPE_CHECKING:
+    from skyd.clouds.base import SplitRows
 
 COLUMNS = (
     "InstanceType",
@@ -44,29 +50,6 @@ COLUMNS = (
 # Provider spellings (RunPod's ``AMD Instinct MI300X OAM``, Crusoe's ``MI355X_288GB``, DO's
 # ``amd_mi300x``) are read through the one GPU-name table, skyd.clouds.gpunames; card variants
 # (H100 / H100-SXM / H100-NVL) stay distinct.
-
-# GCP: (accelerator, count) -> host machine types that carry it (SkyPilot's defaults first).
-GPU_HOSTS: dict[tuple[str, int], tuple[str, ...]] = {
-    **{("A100", n): (f"a2-highgpu-{n}g",) for n in (1, 2, 4, 8)},
-    ("A100", 16): ("a2-megagpu-16g",),
-    **{("A100-80GB", n): (f"a2-ultragpu-{n}g",) for n in (1, 2, 4, 8)},
-    **{("H100", n): (f"a3-highgpu-{n}g",) for n in (1, 2, 4, 8)},
-    ("H100-MEGA", 8): ("a3-megagpu-8g",),
-    ("H200", 8): ("a3-ultragpu-8g",),
-    ("B200", 8): ("a4-highgpu-8g",),
-    ("L4", 1): ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16", "g2-standard-32"),
-    ("L4", 2): ("g2-standard-24",),
-    ("L4", 4): ("g2-standard-48",),
-    ("L4", 8): ("g2-standard-96",),
-}
-HOST_FAMILIES = ("a2-", "a3-", "a4-", "g2-")
-
-# Hosts the files lack. n1-highmem-8: GCP us-central1 list price (approximate, used everywhere).
-# a4-highgpu-8g: the VM part is unknown, so the offering costs the GPU bundle only.
-N1_HOST = ("n1-highmem-8", 8.0, 52.0, 0.473212, 0.0995)
-MISSING_HOSTS: dict[str, tuple[float, float, float, float | None]] = {
-    "a4-highgpu-8g": (224.0, 3968.0, 0.0, 0.0),
-}
 
 _MIB_RE = re.compile(r"'SizeInMiB':\s*([0-9.]+)")
 
@@ -103,8 +86,10 @@ def parse_rows(cloud: str, text_or_rows: str | Iterable[list[str]], source: str 
     gpu_only: list[list[str]] = []
     hosts: dict[tuple[str, str], list[str]] = {}  # (instance_type, zone) -> row
     seen: dict[tuple[str, str, str, str | None], int] = {}
-    host_families = HOST_FAMILIES if cloud == "gcp" else ("\0",)
-    for lineno, r in enumerate(rows, start=2):
+    all_rows = list(rows)
+    split = _split_rows(cloud, source) if any(r and not r[i_it] for r in all_rows) else None
+    host_families = split.host_families if split is not None else ("\0",)
+    for lineno, r in enumerate(all_rows, start=2):
         if not r:
             continue
         try:
@@ -150,9 +135,22 @@ def parse_rows(cloud: str, text_or_rows: str | Iterable[list[str]], source: str 
             )
         except (IndexError, ValueError) as e:
             raise CatalogFormatError(f"{source or cloud}:{lineno}: bad row {r!r}: {e}") from None
-    if gpu_only:
-        out.extend(_pair_gpu_rows(cloud, gpu_only, hosts, idx))
+    if gpu_only and split is not None:
+        out.extend(_pair_gpu_rows(cloud, split, gpu_only, hosts, idx))
     return out
+
+
+def _split_rows(cloud: str, source: str) -> SplitRows:
+    from skyd.clouds.base import cloud_class
+
+    cls = cloud_class(cloud)
+    split = cls.catalog_split_rows if cls is not None else None
+    if split is None:
+        raise CatalogFormatError(
+            f"{source or cloud}: rows without an InstanceType (GPU-only rows), but the "
+            f"{cloud!r} provider states no pairing of GPU rows with host machine types "
+            "(Cloud.catalog_split_rows)")
+    return split
 
 
 def _min(a: float | None, b: float | None) -> float | None:
@@ -168,7 +166,8 @@ def _add(a: float | None, b: float | None) -> float | None:
 
 
 def _pair_gpu_rows(
-    cloud: str, gpu_rows: list[list[str]], hosts: dict[tuple[str, str], list[str]], idx: list[int]
+    cloud: str, split: SplitRows, gpu_rows: list[list[str]],
+    hosts: dict[tuple[str, str], list[str]], idx: list[int],
 ) -> list[Offering]:
     _, i_an, i_ac, _, _, i_gi, i_reg, i_az, i_pr, i_sp = idx
     i_cpu, i_mem = idx[3], idx[4]
@@ -180,9 +179,9 @@ def _pair_gpu_rows(
         gprice, gspot = _f(r[i_pr]), _f(r[i_sp])
         m = _MIB_RE.search(r[i_gi] or "")
         amem = float(m.group(1)) / 1024.0 if m else None
-        host_types = GPU_HOSTS.get((acc, int(count)))
+        host_types = split.gpu_hosts.get((acc, int(count)))
         if host_types is None:
-            name, cpus, mem, n1p, n1s = N1_HOST
+            name, cpus, mem, n1p, n1s = split.fallback_host
             out.append(
                 Offering(cloud, name, acc, count, cpus, mem, r[i_reg], zone or None,
                          _add(gprice, n1p), _add(gspot, n1s), amem)
@@ -193,8 +192,8 @@ def _pair_gpu_rows(
             if h is not None:
                 cpus, mem = float(h[i_cpu] or 0.0), float(h[i_mem] or 0.0)
                 hp, hs = _f(h[i_pr]), _f(h[i_sp])
-            elif ht in MISSING_HOSTS:
-                cpus, mem, hp0, hs0 = MISSING_HOSTS[ht]
+            elif ht in split.missing_hosts:
+                cpus, mem, hp0, hs0 = split.missing_hosts[ht]
                 hp, hs = hp0, hs0
             else:
                 continue  # the host type is not offered in this zone

@@ -32,6 +32,7 @@ from skyd.errors import ResourcesUnavailableError, SkydError
 from skyd.models.accelerators import get_accelerator_info, lookup_accelerator
 
 CONFIRMED = "gpus_confirmed"  # handle.extra key: set once the agents confirmed the GPUs
+MACHINES = "machines"  # handle.extra key: what the nodes are, where no image names them
 TOOLS = {"nvidia": "nvidia-smi", "amd": "amd-smi / rocm-smi"}
 STACKS = {"nvidia": "the NVIDIA driver (and CUDA)", "amd": "ROCm (the amdgpu driver and amd-smi)"}
 
@@ -90,6 +91,8 @@ async def confirm(prov: Provisioner, handle: ClusterHandle, *, image: str | None
     tool, stack = TOOLS[vendor], STACKS[vendor]
     image = image or (str(handle.extra["image"]) if handle.extra.get("image") else None)
     shown_image = image or f"the default image of {handle.cloud}"
+    # a provider whose machines are not booted from an image (Slurm) says what they are
+    machines = str(handle.extra.get(MACHINES) or "") or f"image: {shown_image}"
     detail = "; ".join(sorted(bad))
     if user_image and none_of_vendor and all(none_of_vendor) and len(none_of_vendor) == len(bad):
         raise ResourcesUnavailableError(
@@ -101,5 +104,5 @@ async def confirm(prov: Provisioner, handle: ClusterHandle, *, image: str | None
                  f"{handle.cloud}'s default GPU image")
     raise ResourcesUnavailableError(
         f"{where}: the nodes do not have the ordered {lookup_accelerator(acc) or acc}:{count:g} "
-        f"({detail}); image: {shown_image}",
-        scope="zone", provider_message=f"GPU detection on the node ({tool}), image {shown_image}")
+        f"({detail}); {machines}",
+        scope="zone", provider_message=f"GPU detection on the node ({tool}), {machines}")

@@ -1,115 +1,29 @@
-"""GPU names: the one table of each provider's own GPU ids, and the one canonicaliser.
+"""GPU names: the one canonicaliser over each provider's own GPU ids.
 
 Every name skyd reads from a provider (a catalog row's ``AcceleratorName``, an API's GPU id
 or model word, a driver's device name) goes through :func:`canonical_gpu`; every id skyd
-sends (RunPod's ``gpuTypeId``) comes from :func:`provider_gpu_id`. Both read
-:data:`PROVIDER_GPUS` — there is no other map. Canonical names are the registry's
+sends (RunPod's ``gpuTypeId``) comes from :func:`provider_gpu_id`. Both read the provider's
+table, a fact on its Cloud class (``gpu_ids``, ``skyd.clouds.base.REQUIRED_FACTS``): there
+is no other map. Canonical names are the registry's
 (`skyd.models.accelerators`); card variants stay distinct as in SkyPilot's catalogs:
 ``H100`` (PCIe), ``H100-SXM``, ``H100-NVL``, ``H200-SXM``, ``A100-80GB`` (PCIe),
 ``A100-80GB-SXM``. ``tests/test_gpu_names.py`` walks every row of the bundled neocloud
 catalogs through this table.
 
-Sources of the ids:
-
-- runpod: ``gpuTypeId`` values, SkyPilot ``sky/provision/runpod/utils.py`` ``GPU_NAME_MAP``
-  (and the AMD ids of RunPod's ``gpuTypes`` answer: ``AMD Instinct MI300X OAM``);
-- vultr: the GPU word of plan ids (``vbm-256c-2048gb-8-mi300x-gpu``) and ``gpu_type`` of GPU
-  VM plans (``AMD_MI300X``, ``NVIDIA_A100``; Vultr's ``GET /plans`` docs);
-- hotaisle: ``Specs.gpus[].model`` of ``GET /teams/{team}/virtual_machines/available``;
-- do / amddevcloud: ``gpu_info.model`` of ``GET /v2/sizes`` (``amd_mi300x``, DO's docs);
-- crusoe: ``gpu_type`` of ``GET /projects/{id}/compute/vms/types`` (gpuhunt
-  ``providers/crusoe.py`` ``GPU_TYPE_MAP``).
+Each table names its source next to it (``skyd/clouds/<provider>/cloud.py``: ``GPU_IDS``).
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from skyd.models.accelerators import lookup_accelerator, normalize_device_name
 from skyd.nodeagent.gpu import AMD_DEVICE_IDS
 
-#: provider -> ((canonical name, the provider's id, other spellings it uses), ...). The id
-#: is what a create request carries; the other spellings are only read.
-PROVIDER_GPUS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "runpod": (
-        ("MI300X", "AMD Instinct MI300X OAM", ()),
-        ("MI325X", "AMD Instinct MI325X OAM", ()),
-        ("MI355X", "AMD Instinct MI355X OAM", ()),
-        ("A100-80GB", "NVIDIA A100 80GB PCIe", ()),
-        ("A100-80GB-SXM", "NVIDIA A100-SXM4-80GB", ()),
-        ("A30", "NVIDIA A30", ()),
-        ("A40", "NVIDIA A40", ()),
-        ("B200", "NVIDIA B200", ()),
-        ("H100", "NVIDIA H100 PCIe", ()),
-        ("H100-SXM", "NVIDIA H100 80GB HBM3", ()),
-        ("H100-NVL", "NVIDIA H100 NVL", ()),
-        ("H200-SXM", "NVIDIA H200", ()),
-        ("L4", "NVIDIA L4", ()),
-        ("L40", "NVIDIA L40", ()),
-        ("L40S", "NVIDIA L40S", ()),
-        ("RTX3070", "NVIDIA GeForce RTX 3070", ()),
-        ("RTX3080", "NVIDIA GeForce RTX 3080", ()),
-        ("RTX3080Ti", "NVIDIA GeForce RTX 3080 Ti", ()),
-        ("RTX3090", "NVIDIA GeForce RTX 3090", ()),
-        ("RTX3090Ti", "NVIDIA GeForce RTX 3090 Ti", ()),
-        ("RTX4070Ti", "NVIDIA GeForce RTX 4070 Ti", ()),
-        ("RTX4080", "NVIDIA GeForce RTX 4080", ()),
-        ("RTX4080Super", "NVIDIA GeForce RTX 4080 SUPER", ()),
-        ("RTX4090", "NVIDIA GeForce RTX 4090", ()),
-        ("RTX5090", "NVIDIA GeForce RTX 5090", ()),
-        ("RTX2000-Ada", "NVIDIA RTX 2000 Ada Generation", ()),
-        ("RTX4000-Ada", "NVIDIA RTX 4000 Ada Generation", ()),
-        ("RTX5000-Ada", "NVIDIA RTX 5000 Ada Generation", ()),
-        ("RTX6000-Ada", "NVIDIA RTX 6000 Ada Generation", ()),
-        ("RTXA2000", "NVIDIA RTX A2000", ()),
-        ("RTXA4000", "NVIDIA RTX A4000", ()),
-        ("RTXA4500", "NVIDIA RTX A4500", ()),
-        ("RTXA5000", "NVIDIA RTX A5000", ()),
-        ("RTXA6000", "NVIDIA RTX A6000", ()),
-        ("RTXPRO6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", ()),
-    ),
-    "vultr": (
-        ("MI300X", "AMD_MI300X", ("mi300x", "amd_mi300x")),
-        ("MI325X", "AMD_MI325X", ("mi325x", "amd_mi325x")),
-        ("MI355X", "AMD_MI355X", ("mi355x", "amd_mi355x")),
-        ("H100", "NVIDIA_H100", ("h100", "nvidia_h100")),
-        ("A100", "NVIDIA_A100", ("a100", "nvidia_a100")),
-        ("L40S", "NVIDIA_L40S", ("l40s", "nvidia_l40s")),
-        ("A16", "NVIDIA_A16", ("a16", "nvidia_a16")),
-        ("A40", "NVIDIA_A40", ("a40", "nvidia_a40")),
-    ),
-    "hotaisle": (
-        ("MI300X", "MI300X", ()),
-        ("MI325X", "MI325X", ()),
-        ("MI355X", "MI355X", ()),
-    ),
-    "do": (
-        ("MI300X", "amd_mi300x", ("mi300x",)),
-        ("MI325X", "amd_mi325x", ("mi325x",)),
-        ("MI350X", "amd_mi350x", ("mi350x",)),
-        ("MI355X", "amd_mi355x", ("mi355x",)),
-        ("H100", "nvidia_h100", ("h100",)),
-        ("H200", "nvidia_h200", ("h200",)),
-        ("L40S", "nvidia_l40s", ("l40s",)),
-        ("RTX4000-Ada", "nvidia_rtx_4000_ada", ("rtx4000",)),
-        ("RTX6000-Ada", "nvidia_rtx_6000_ada", ("rtx6000",)),
-    ),
-    "crusoe": (
-        ("MI300X", "MI300X-192GB", ()),
-        ("MI355X", "MI355X_288GB", ("MI355X-288GB",)),
-        ("A100", "A100-PCIe-40GB", ()),
-        ("A100-80GB", "A100-PCIe-80GB", ()),
-        ("A100-80GB-SXM", "A100-SXM-80GB", ()),
-        ("H100-SXM", "H100-SXM-80GB", ()),
-        ("H200-SXM", "H200-SXM-141GB", ()),
-        ("B200", "B200-SXM-180GB", ()),
-        ("GB200", "GB200-NVL-186GB", ()),
-        ("L40S", "L40S-48GB", ()),
-        ("A40", "A40-PCIe-48GB", ()),
-    ),
-}
-PROVIDER_GPUS["amddevcloud"] = PROVIDER_GPUS["do"]  # the same API (DigitalOcean's)
+if TYPE_CHECKING:
+    from skyd.clouds.base import GpuIds
 
 #: canonical card -> the name a driver reports for it when the driver cannot tell the
 #: variant (nvidia-smi says "H100 80GB HBM3" for SXM and "H100 PCIe" for PCIe, but skyd's
@@ -123,21 +37,55 @@ _DRIVER_NAME: dict[str, str] = {
 _AMD_IN_TEXT = re.compile(r"MI\d{3}[A-Z]?", re.I)
 
 
-def _index(provider: str) -> dict[str, str]:
+def _index_of(rows: GpuIds) -> dict[str, str]:
     out: dict[str, str] = {}
-    for canon, pid, more in PROVIDER_GPUS.get(provider, ()):
+    for canon, pid, more in rows:
         for spelling in (pid, *more):
             out.setdefault(spelling.lower(), canon)
     return out
 
 
-_INDEX: dict[str, dict[str, str]] = {p: _index(p) for p in PROVIDER_GPUS}
+_INDEX: dict[str, tuple[GpuIds, dict[str, str]]] = {}  # provider -> (its table, spelling -> canonical)
+
+
+def gpu_ids(provider: str) -> GpuIds:
+    """``provider``'s GPU table (its Cloud class's ``gpu_ids``); () for a name that is no
+    provider of this process."""
+    from skyd.clouds.base import provider_facts
+
+    facts = provider_facts(provider)
+    return facts.gpu_ids if facts is not None else ()
+
+
+def provider_gpus() -> dict[str, GpuIds]:
+    """Every provider's GPU table (those with one), by provider name: imports every
+    provider's module."""
+    from skyd.clouds.base import registered_clouds
+    from skyd.errors import SkydError
+
+    out: dict[str, GpuIds] = {}
+    for p in registered_clouds():
+        try:
+            rows = gpu_ids(p)
+        except SkydError:  # a plugin that does not load: `skyd check` and launches say so
+            continue
+        if rows:
+            out[p] = rows
+    return out
+
+
+def _index(provider: str) -> dict[str, str]:
+    rows = gpu_ids(provider)
+    got = _INDEX.get(provider)
+    if got is None or got[0] is not rows:  # a provider registered anew
+        got = _INDEX[provider] = (rows, _index_of(rows))
+    return got[1]
 
 
 def provider_gpu_id(provider: str, canonical: str) -> str | None:
     """``provider``'s own id for the canonical GPU (what a create request names), None when
     the provider has no such card in the table."""
-    for canon, pid, _ in PROVIDER_GPUS.get(provider, ()):
+    for canon, pid, _ in gpu_ids(provider):
         if canon == canonical:
             return pid
     return None
@@ -156,7 +104,7 @@ def canonical_gpu(provider: str, name: str | None, device_id: str | int | None =
             return AMD_DEVICE_IDS[dev]
     if not name:
         return None
-    hit = _INDEX.get(provider, {}).get(name.strip().lower())
+    hit = _index(provider).get(name.strip().lower())
     if hit:
         return hit
     hit = lookup_accelerator(name)
@@ -175,9 +123,10 @@ def catalog_name(name: str) -> str:
     if hit:
         return hit
     low = name.strip().lower()
-    for idx in _INDEX.values():
-        if low in idx:
-            return idx[low]
+    for rows in provider_gpus().values():
+        hit = _index_of(rows).get(low)
+        if hit:
+            return hit
     return name
 
 

@@ -23,6 +23,7 @@ agent listens there, SKYPILOT_NODE_IPS names it, and its jobs may bind it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -555,6 +556,10 @@ def _agents_on(node_dir: Path) -> list[int]:
 
 class LocalCloud(Cloud):
     name = LOCAL
+    egress_tiers = ((math.inf, 0.0),)  # this machine
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"spot", "image_id"})  # nodes are sandboxes: no image
     check_ttl_s = 0.0  # nothing to probe
 

@@ -32,7 +32,9 @@ SKYPILOT_CLOUDS = (
     "slurm", "hyperbolic", "seeweb", "shadeform", "yotta", "mithril", "verda", "cloudflare",
     "coreweave", "vastdata", "huggingface",
 )  # fmt: skip
-SKYD_INFRAS = ("local", "k8s", "vultr", "hotaisle", "crusoe", "amddevcloud", "testcloud")
+#: the names skyd accepts beyond those: its aliases; every provider's own name comes from the
+#: registry (skyd.cloudnames.provider_specs), test providers included.
+SKYD_INFRAS = ("k8s",)
 
 Num = StrictInt | StrictFloat
 StrList = list[StrictStr]

@@ -26,6 +26,7 @@ from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import planner
 from skyd.pipeline.agents import agent, agent_healthy
 from skyd.pipeline.backend import AgentBackend
+from skyd.pipeline.launchctx import LaunchContext
 from skyd.pipeline.locks import cluster_lock
 
 
@@ -79,7 +80,9 @@ class PipelineClusterOps:
         self, task: TaskSpec, cluster_name: str, *, blocked: Sequence[Block], log: LogFn
     ) -> LaunchResult:
         from skyd.jobs.job_secrets import with_secrets
-        from skyd.pipeline.launch import _job_spec, _provision, check_local_paths
+        from skyd.pipeline.jobspec import build_job_spec
+        from skyd.pipeline.launch import check_local_paths
+        from skyd.pipeline.provision import provision_placed
 
         t = await with_secrets(_task_of(task), task)
         await anyio.to_thread.run_sync(check_local_paths, t)
@@ -91,6 +94,7 @@ class PipelineClusterOps:
         await smounts.prepare(self.store, buckets, cluster_name, log)
         async with cluster_lock(cluster_name):
             row, handle = await self._handle(cluster_name)
+            resolved = None
             prov = get_cloud(handle.cloud).provisioner() if handle else None
             if not (row and handle and prov and row["status"] == cdb.UP
                     and await agent_healthy(prov, handle)):
@@ -98,13 +102,15 @@ class PipelineClusterOps:
                     await self.teardown_locked(cluster_name)
                 blocks = [planner.Block(cloud=b.cloud or "", region=b.region, zone=b.zone)
                           for b in blocked if b.cloud]
-                handle = await _provision_blocked(ctx, t, cluster_name, blocks, _provision,
-                                                  pin=task.pin, catalog_dir=task.catalog_dir)
+                handle, placed = await _provision_blocked(
+                    ctx, t, cluster_name, blocks, provision_placed, pin=task.pin,
+                    catalog_dir=task.catalog_dir)
+                resolved = placed.resolved(t)
                 prov = get_cloud(handle.cloud).provisioner()
             backend = AgentBackend(prov)
             if t.workdir:
                 await backend.sync_workdir(handle, planner.workdir_path(t), log)
-            mounts = planner.local_mounts(t)
+            mounts = t.local_mounts()
             if mounts:
                 await backend.sync_file_mounts(handle, mounts, log)
             if buckets:
@@ -112,9 +118,8 @@ class PipelineClusterOps:
 
                 staging = paths.home() / "storage-staging" / ctx.request_id
                 await smounts.copy_to_nodes(prov, handle, buckets, staging, log)
-            spec = _job_spec(t, with_setup=True, name=cluster_name,
-                             res=planner.resources_on(t, handle))
-            spec["envs"] = {**spec["envs"], **task.envs}
+            spec = build_job_spec(t, resolved or planner.resolved_on(t, handle), with_setup=True,
+                                  name=cluster_name, extra_envs=task.envs)
             job_id = await backend.execute(handle, spec)
         return LaunchResult(job_id=job_id, cloud=handle.cloud, region=handle.region,
                             zone=handle.zone)
@@ -213,7 +218,8 @@ class PipelineClusterOps:
 
 
 async def _provision_blocked(
-    ctx: Any, task: Any, name: str, blocks: list[Any], provision: Any, pin: Block | None = None,
+    ctx: LaunchContext, task: Any, name: str, blocks: list[Any], provision: Any,
+    pin: Block | None = None,
     catalog_dir: str | None = None,
 ) -> Any:
     """The pipeline's OPTIMIZE+PROVISION, starting from the controller's blocked locations

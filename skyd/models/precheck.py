@@ -4,8 +4,9 @@ credentials and no network, checked before anything is created.
 One set of checks for every entry point: ``skyd validate`` (CLI and ``POST /v1/validate``)
 runs it after loading, and so does the daemon's submit check of every verb that takes a
 task (launch, exec, jobs launch, serve up/update, jobs pool apply -- CLI, SDK and HTTP API
-alike, through ``skyd.pipeline.taskload.load_dag_from_payload``); launch runs it again when
-the request runs. What needs credentials (a source bucket exists, the cloud accepts the
+alike, through ``skyd.pipeline.taskload.load_dag_from_payload``); a request's handler takes
+the DAG its check passed (skyd.pipeline.parsememo) or, resumed or changed, runs it again;
+launch checks its local paths again before provisioning. What needs credentials (a source bucket exists, the cloud accepts the
 image) stays with launch's preflight.
 
 Checked: a local workdir (exists, is a directory; a git workdir is cloned at launch, see

@@ -247,6 +247,23 @@ class Task(SpecModel):
         """Envs/secrets declared ``null`` and not supplied (only with allow_missing_env)."""
         return [k for k, v in {**self.envs, **self.secrets}.items() if v is None]
 
+    def local_mounts(self) -> dict[str, str]:
+        """The file mounts synced from this machine: destination -> local source."""
+        return {d: str(fm.source) for d, fm in self.file_mounts.items() if fm.kind == "local"}
+
+    def bucket_mounts(self) -> dict[str, Any]:
+        """The file mounts backed by a bucket: destination -> its URI(s) or storage name."""
+        return {d: fm.source or fm.name or "" for d, fm in self.file_mounts.items()
+                if fm.kind != "local"}
+
+    def autostop_setting(self) -> tuple[int, bool] | None:
+        """(idle minutes, down) of the first resources entry that enables autostop."""
+        for r in self.resources:
+            a = r.autostop
+            if a is not None and a.enabled:
+                return int(a.idle_minutes), bool(a.down)
+        return None
+
     def _rebuild(self, **updates: Any) -> Task:
         d = self.model_dump()
         d.update(updates)

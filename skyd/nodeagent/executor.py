@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import gpu
 from .jobqueue import JobQueue
 
 # The wrapper records its own process group first (see reaper.py), then runs the phase.
@@ -117,12 +118,8 @@ def job_env(spec: dict[str, Any], job_id: int, rank: int, phase: str, gpu_slots:
         env["SKYPILOT_" + k] = v
         env["SKYD_" + k] = v
     env["SKYD_JOB_ID"] = str(job_id)
-    if gpu_slots:
-        visible = ",".join(str(s) for s in gpu_slots)
-        if vendor == "amd":
-            env["HIP_VISIBLE_DEVICES"] = env["ROCR_VISIBLE_DEVICES"] = visible
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = visible
+    if gpu_slots:  # through the device list the agent itself was given (a Slurm allocation)
+        env.update(gpu.job_visible(vendor, gpu_slots, os.environ))
     for k, v in (spec.get("envs") or {}).items():
         env[str(k)] = "" if v is None else str(v)
     for k, v in (spec.get("secrets") or {}).items():

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 NVIDIA_QUERY = [
     "nvidia-smi",
@@ -222,14 +222,89 @@ def _run(cmd: list[str]) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+#: the variables that restrict which GPUs a process may use, per vendor, the first set wins:
+#: CUDA's, ROCm's (ROCR applies first, HIP indexes what ROCR left), and Slurm's generic
+#: ordinal (gres ``Flags=opencl_env`` or no flag: set for every GPU type).
+VISIBLE_VARS = {"nvidia": ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"),
+                "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")}
+
+
+def visible_entries(vendor: str, env: Mapping[str, str]) -> Optional[List[str]]:
+    """The device list this process was given for ``vendor`` (None: no restriction). An empty
+    value, or Slurm's ``NoDevFiles``, means none: the allocation has no GPU on this node."""
+    for var in VISIBLE_VARS.get(vendor, ()):
+        if var in env:
+            raw = env[var].strip()
+            if raw in ("", "NoDevFiles"):
+                return []
+            return [e.strip() for e in raw.split(",") if e.strip()]
+    return None
+
+
+def restrict_visible(gpus: List[Gpu], env: Mapping[str, str]) -> List[Gpu]:
+    """The GPUs of ``gpus`` this process may use, renumbered 0..n-1 as CUDA/HIP number them.
+
+    nvidia-smi and amd-smi list every GPU of the machine whatever CUDA_VISIBLE_DEVICES /
+    ROCR_VISIBLE_DEVICES say; a batch scheduler (Slurm's gres) or a container runtime sets
+    those to the devices it allocated. Entries are indices into the machine's list (Slurm
+    without device cgroups), or indices into an already narrowed list (with cgroups: the tool
+    then shows only the allocated GPUs), or UUIDs (``GPU-...``). Entry k of the list is GPU
+    k of the result; ``job_visible`` maps it back when the agent starts a job."""
+    if not gpus:
+        return gpus
+    entries = visible_entries(gpus[0].vendor, env)
+    if entries is None:
+        return gpus
+    chosen: List[Gpu] = []
+    for e in entries:
+        pick: Optional[Gpu] = None
+        if e.isdigit():
+            i = int(e)
+            pick = gpus[i] if i < len(gpus) else None
+        else:
+            pick = next((g for g in gpus if g.uuid and (g.uuid == e or g.uuid.startswith(e))), None)
+        if pick is None:
+            # an index beyond what the tool shows: the tool already sees only the
+            # allocated devices (cgroups), in the allocation's order
+            return [Gpu(k, g.name, g.memory_mib, g.uuid, g.vendor)
+                    for k, g in enumerate(gpus[: len(entries)])]
+        if pick not in chosen:
+            chosen.append(pick)
+    return [Gpu(k, g.name, g.memory_mib, g.uuid, g.vendor) for k, g in enumerate(chosen)]
+
+
+def job_visible(vendor: str, slots: List[int], env: Mapping[str, str]) -> Dict[str, str]:
+    """The device variables of a job given the agent's GPU ``slots`` (0..n-1 of
+    `restrict_visible`): mapped through the list the agent itself was given, if any.
+    AMD: ROCR_VISIBLE_DEVICES names the devices, HIP_VISIBLE_DEVICES indexes the ones ROCR
+    left (0..k-1), as AMD documents for the two together."""
+    entries = visible_entries(vendor, env)
+    mapped = [entries[s] if entries is not None and s < len(entries) else str(s) for s in slots]
+    if vendor == "amd":
+        rocr = visible_entries("amd", {k: v for k, v in env.items() if k == "ROCR_VISIBLE_DEVICES"})
+        if rocr is None and "HIP_VISIBLE_DEVICES" in env:
+            # the agent was narrowed by HIP only: keep ROCR as is, HIP names the devices
+            return {"HIP_VISIBLE_DEVICES": ",".join(mapped)}
+        return {"ROCR_VISIBLE_DEVICES": ",".join(mapped),
+                "HIP_VISIBLE_DEVICES": ",".join(str(k) for k in range(len(slots)))}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(mapped)}
+
+
 def detect(
     env: Mapping[str, str] | None = None, run: Runner = _run, amd_present: bool | None = None
 ) -> list[Gpu]:
-    """Detect this node's GPUs. NVIDIA is checked before /dev/kfd (an AMD iGPU must not hide
-    an NVIDIA card). Blocking: call from a thread or before the event loop starts."""
+    """Detect the GPUs this node gives the agent: what the tools show, narrowed to the devices
+    its environment makes visible (`restrict_visible`). NVIDIA is checked before /dev/kfd (an
+    AMD iGPU must not hide an NVIDIA card). Blocking: call from a thread or before the event
+    loop starts."""
     env = os.environ if env is None else env
     if "SKYD_FAKE_GPUS" in env:
         return fake_gpus(env["SKYD_FAKE_GPUS"])
+    return restrict_visible(_detect_all(run, amd_present), env)
+
+
+def _detect_all(run: Runner, amd_present: bool | None) -> list[Gpu]:
+    """Every GPU the machine's tools show."""
     out = run(NVIDIA_QUERY)
     if out:
         gpus = parse_nvidia_smi(out)

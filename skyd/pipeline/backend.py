@@ -9,6 +9,7 @@ as SkyPilot users expect; the executor reports the SETUP stage from the job's st
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import time
@@ -20,6 +21,7 @@ import anyio
 
 from skyd.clouds.base import ClusterHandle, LogFn, Provisioner, ProvisionRequest
 from skyd.errors import InvalidSpecError
+from skyd.nodeagent.spec import JobSpec, NodeRef
 from skyd.pipeline.agents import agent
 
 WORKDIR = "workdir"  # relative to the node dir: the job's cwd (SkyPilot: ~/sky_workdir)
@@ -38,8 +40,8 @@ class Backend(ABC):
     ) -> None: ...
 
     @abstractmethod
-    async def execute(self, handle: ClusterHandle, spec: dict[str, Any]) -> int:
-        """Submit the job (setup phase first when `spec['setup']`); returns its id."""
+    async def execute(self, handle: ClusterHandle, spec: JobSpec) -> int:
+        """Submit the job (setup phase first when `spec.setup`); returns its id."""
 
     @abstractmethod
     async def teardown(self, handle: ClusterHandle, log: LogFn, *, terminate: bool) -> None: ...
@@ -105,28 +107,22 @@ class AgentBackend(Backend):
             )
             log(f"Mounted {src} -> {dst} ({stats[0][0]} files, {stats[0][1] / 1e6:.1f} MB)")
 
-    async def execute(self, handle: ClusterHandle, spec: dict[str, Any]) -> int:
-        spec = dict(spec)
+    async def execute(self, handle: ClusterHandle, spec: JobSpec) -> int:
+        """The job spec (skyd.pipeline.jobspec) gets the cluster's nodes, the submitting
+        user and the cluster info; the agent client turns it into the wire message."""
         nodes = []
         for node in handle.nodes:
             # Workers are reached by the head over the cluster's private addresses (on
             # `local`, each node's own loopback address: skyd.clouds.local_net).
             host, port = node.internal_ip or "127.0.0.1", node.agent_port
-            nodes.append({"rank": node.rank, "address": f"{host}:{port}", "internal_ip": node.internal_ip})
-        spec["nodes"] = nodes
-        spec.setdefault("num_nodes", len(handle.nodes))
-        spec.setdefault("username", getpass.getuser())
-        spec.setdefault(
-            "cluster_info",
-            json.dumps(
-                {
-                    "cluster_name": handle.cluster_name,
-                    "cloud": handle.cloud,
-                    "region": handle.region,
-                    "zone": handle.zone,
-                }
-            ),
-        )
+            nodes.append(NodeRef(rank=node.rank, address=f"{host}:{port}",
+                                 internal_ip=node.internal_ip or ""))
+        info = {"cluster_name": handle.cluster_name, "cloud": handle.cloud,
+                "region": handle.region, "zone": handle.zone}
+        spec = dataclasses.replace(
+            spec, nodes=nodes, num_nodes=len(handle.nodes),
+            username=spec.username or getpass.getuser(),
+            cluster_info=spec.cluster_info or json.dumps(info))
         async with agent(self.prov, handle, 0) as c:
             return int(await c.submit_job(spec))
 

@@ -33,14 +33,14 @@ def _string(payload: dict[str, Any], key: str, *, required: bool = False) -> Non
         raise InvalidSpecError(f"{key} must be a non-empty string, got {v!r}", field=key)
 
 
-def _load(payload: dict[str, Any], *, single: bool) -> list[Any]:
+def _load(payload: dict[str, Any], *, single: bool) -> Any:
     from skyd.pipeline.taskload import load_dag_from_payload
 
     dag = load_dag_from_payload(payload)  # shapes checked, overrides applied, precheck passed
     if single and len(dag.tasks) != 1:
         raise InvalidSpecError(f"this YAML holds {len(dag.tasks)} tasks (a pipeline)",
                                hint="run pipelines with `skyd jobs launch`")
-    return list(dag.tasks)
+    return dag
 
 
 def capacity(tasks: list[Any]) -> None:
@@ -53,9 +53,13 @@ def capacity(tasks: list[Any]) -> None:
 
 async def _parse(payload: dict[str, Any], *, single: bool, launch: bool = False) -> None:
     def run() -> None:
-        tasks = _load(payload, single=single)
+        from skyd.pipeline import parsememo
+
+        dag = _load(payload, single=single)
         if launch:  # a dry run may plan over catalogs this build cannot launch on
-            capacity(tasks)
+            capacity(list(dag.tasks))
+        # the request's handler takes this DAG rather than parsing the YAML again
+        parsememo.keep(parsememo.key(payload, True), dag)
 
     await anyio.to_thread.run_sync(run)
 
@@ -65,6 +69,10 @@ async def check_launch(payload: dict[str, Any]) -> None:
     bounds.check(payload.get("idle_minutes"), "idle_minutes")
     for key in ("dryrun", "detach_run", "down", "no_setup", "retry_until_up"):
         _flag(payload, key)
+    _string(payload, "plan_id")  # the plan a dry run showed (skyd.pipeline.plancache)
+    if len(str(payload.get("plan_id") or "")) > 64:
+        raise InvalidSpecError("plan_id is too long (a dry run's plan_id is 16 characters)",
+                               field="plan_id", hint="send the plan_id a dry run returned")
     if payload.get("minimize", "cost") not in ("cost", "time"):
         raise InvalidSpecError(f"minimize must be 'cost' or 'time', got {payload['minimize']!r}",
                                field="minimize")

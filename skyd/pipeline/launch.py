@@ -8,10 +8,9 @@ again (kv `launch:<request id>`), so nothing is provisioned or submitted twice.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -19,22 +18,29 @@ from skyd.clouds.base import ClusterHandle, get_cloud
 from skyd.errors import ClusterStateError, InvalidSpecError
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import jobwatch, planner
-from skyd.pipeline.backend import WORKDIR, AgentBackend
+from skyd.pipeline.backend import AgentBackend
+from skyd.pipeline.jobspec import build_job_spec
 from skyd.pipeline.locks import cluster_lock
-from skyd.pipeline.provision import provision_cluster
+from skyd.pipeline.provision import provision_cluster, provision_placed
 from skyd.pipeline.taskload import aload_dag_from_payload, apply_overrides, load_task_from_payload
+
+if TYPE_CHECKING:
+    from skyd.models.task import Task
+    from skyd.pipeline.launchctx import LaunchContext
+    from skyd.pipeline.placement import Resolved
 
 
 def generate_cluster_name() -> str:
     return f"skyd-{secrets.token_hex(2)}"
 
 
-async def _provision(ctx: Any, task: Any, name: str, payload: dict[str, Any]) -> ClusterHandle:
+async def _provision(ctx: LaunchContext, task: Task, name: str,
+                     payload: dict[str, Any]) -> ClusterHandle:
     """OPTIMIZE + PROVISION with failover: skyd.pipeline.provision (the lifecycle)."""
     return await provision_cluster(ctx, task, name, payload)
 
 
-def check_local_paths(task: Any) -> None:
+def check_local_paths(task: Task) -> None:
     """The workdir and every local file-mount source exist: checked before anything is
     provisioned, so a typo never leaves a cluster behind."""
     from pathlib import Path
@@ -46,51 +52,12 @@ def check_local_paths(task: Any) -> None:
                 f"workdir {wd!r} is not a directory", field="workdir",
                 hint="fix the path (relative paths are relative to the task YAML)",
             )
-    for dst, src in planner.local_mounts(task).items():
+    for dst, src in task.local_mounts().items():
         if not Path(src).expanduser().exists():
             raise InvalidSpecError(
                 f"local source {src!r} does not exist", field=f"file_mounts.{dst}",
                 hint="fix the path (relative paths are relative to the task YAML)",
             )
-
-
-def _job_spec(task: Any, *, with_setup: bool, name: str, res: Any = None) -> dict[str, Any]:
-    """The agent's job spec; ``res``: the resources entry the job runs under (the one the
-    cluster was planned for: ``planner.resources_on``), the first entry when not given."""
-    # Secrets travel apart from envs: the agent keeps them in a 0600 file, not in jobs.db.
-    secret_values = {k: str(v) for k, v in (getattr(task, "secrets", None) or {}).items()
-                     if v is not None}
-    envs = {k: v for k, v in (task.envs or {}).items() if v is not None and k not in secret_values}
-    if res is None:
-        res = task.resources[0] if task.resources else None
-    gpus = 0
-    if res is not None and res.accelerators:
-        gpus = math.ceil(float(next(iter(res.accelerators.values()))))
-    return {
-        "name": task.name or name,
-        "setup": _ecc_prelude(gpus) + (task.setup or "") if with_setup else "",
-        "run": task.run or "",
-        "envs": envs,
-        "secrets": secret_values,
-        "workdir": WORKDIR,
-        "gpus": gpus,
-        "cpus": planner.cpu_demand(res),
-        "task_id": "",  # the agent fills in SkyPilot's sky-<ts>_<cluster>_<id> form
-    }
-
-
-#: SkyPilot's nvidia_gpus.disable_ecc, as far as a running node allows: ECC is switched off
-#: with nvidia-smi; the change takes effect at the node's next reboot (skyd stop + start),
-#: since rebooting under a running job would kill it.
-ECC_OFF = ('if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q | grep -A2 "ECC Mode" '
-           '| grep Current | grep -q Enabled; then sudo -n nvidia-smi -e 0 >/dev/null 2>&1 '
-           '&& echo "skyd: nvidia_gpus.disable_ecc: ECC off after the next reboot (skyd stop, start)"; fi\n')
-
-
-def _ecc_prelude(gpus: int) -> str:
-    from skyd import config
-
-    return ECC_OFF if gpus and config.current().get("nvidia_gpus", "disable_ecc") else ""
 
 
 async def _job_rows(prov: Any, handle: ClusterHandle) -> list[dict[str, Any]]:
@@ -116,23 +83,26 @@ async def _submitted_since(prov: Any, handle: ClusterHandle, after: int,
 
 
 async def submit_and_follow(
-    ctx: Any, handle: ClusterHandle, task: Any, *, with_setup: bool, detach: bool, kv_key: str,
-    after_submit: Callable[[], Awaitable[None]] | None = None,
+    ctx: LaunchContext, handle: ClusterHandle, task: Task, *, with_setup: bool, detach: bool,
+    kv_key: str, after_submit: Callable[[], Awaitable[None]] | None = None,
+    resolved: Resolved | None = None,
 ) -> dict[str, Any]:
-    """SETUP + EXEC: submit once (recorded in kv before reporting), then follow."""
+    """SETUP + EXEC: submit once (recorded in kv before reporting), then follow.
+    ``resolved``: what the placement the cluster was just made for resolved to; a reused
+    cluster's is found from the cluster (planner.resolved_on)."""
     store = ctx.store
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     state = await store.kv_get(kv_key, {})
     job_id = state.get("job_id")
     if job_id is None:
-        spec = _job_spec(task, with_setup=with_setup, name=handle.cluster_name,
-                         res=planner.resources_on(task, handle))
+        spec = build_job_spec(task, resolved or planner.resolved_on(task, handle),
+                              with_setup=with_setup, name=handle.cluster_name)
         after = state.get("submitting_after")
         if after is not None:
             # A previous daemon submitted and died before it recorded the job's id: adopt
             # that job rather than run the work twice.
-            job_id = await _submitted_since(prov, handle, int(after), str(spec["name"]))
+            job_id = await _submitted_since(prov, handle, int(after), spec.name)
         if job_id is None:
             after = await _last_job_id(prov, handle)
             await store.kv_set(kv_key, {**state, "submitting_after": after})
@@ -148,7 +118,7 @@ async def submit_and_follow(
     )
 
 
-async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+async def run_launch(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("dryrun"):
         dag = await aload_dag_from_payload(payload)
         dag.tasks = [apply_overrides(t, payload.get("overrides")) for t in dag.tasks]
@@ -182,6 +152,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     async with cluster_lock(name):
         row = await cdb.get_cluster(store, name)
         handle = cdb.handle_of(row) if row else None
+        resolved: Resolved | None = None
         if row and handle and row["status"] == cdb.UP:
             planner.check_fits(task, handle)
             await ctx.stage("OPTIMIZE", "skipped", reason=f"reusing cluster {name}")
@@ -194,7 +165,13 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             await cdb.save_handle(store, handle, cdb.UP)
             await ctx.stage("PROVISION", "done")
         else:
-            handle = await _provision(ctx, task, name, payload)
+            handle, placed = await provision_placed(ctx, task, name, payload)
+            resolved = placed.resolved(task)
+            # the entry the cluster was made for, should this launch be resumed
+            state = {**await store.kv_get(kv_key, {}), "resources_index": resolved.index}
+            await store.kv_set(kv_key, state)
+        if resolved is None and isinstance(state.get("resources_index"), int):
+            resolved = planner.resolved_on(task, handle, state["resources_index"])
         prov = get_cloud(handle.cloud).provisioner()
         handle = await prov.ensure_agents(handle, ctx.log)
         backend = AgentBackend(prov)
@@ -204,7 +181,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
             await ctx.stage("SYNC_WORKDIR", "done")
         else:
             await ctx.stage("SYNC_WORKDIR", "skipped")
-        mounts = planner.local_mounts(task)
+        mounts = task.local_mounts()
         if mounts or buckets:
             await ctx.stage("SYNC_FILE_MOUNTS", "start")
             if mounts:
@@ -224,9 +201,9 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     # done. Autostop goes to the agent only after the job is submitted (an idle-0 agent
     # would otherwise stop before the job arrives), and for a followed launch only after
     # the job ended (else the agent exits under the log stream).
-    down_now = down and idle is None and planner.task_autostop(task) is None and not detach
+    down_now = down and idle is None and task.autostop_setting() is None and not detach
     want_autostop = not down_now and (
-        idle is not None or down or planner.task_autostop(task) is not None
+        idle is not None or down or task.autostop_setting() is not None
     )
 
     async def autostop() -> None:
@@ -235,7 +212,7 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     with_setup = not payload.get("no_setup")
     result = await submit_and_follow(
         ctx, handle, task, with_setup=with_setup, detach=detach, kv_key=kv_key,
-        after_submit=autostop if want_autostop and detach else None,
+        after_submit=autostop if want_autostop and detach else None, resolved=resolved,
     )
     if want_autostop and not detach:
         await autostop()
@@ -249,12 +226,13 @@ async def run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 async def apply_autostop(
-    ctx: Any, handle: ClusterHandle, idle: float | None, down: bool, task: Any = None
+    ctx: LaunchContext, handle: ClusterHandle, idle: float | None, down: bool,
+    task: Task | None = None
 ) -> None:
     from skyd.pipeline.agents import agent
 
     if idle is None and task is not None:
-        auto = planner.task_autostop(task)
+        auto = task.autostop_setting()
         if auto is not None:
             idle, down = auto
     if idle is None:
@@ -266,7 +244,7 @@ async def apply_autostop(
     ctx.log(f"Autostop: {'down' if down else 'stop'} after {idle} idle minute(s)")
 
 
-async def run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+async def run_exec(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, Any]:
     name = payload["cluster_name"]
     store = ctx.store
     row = await cdb.require_cluster(store, name)

@@ -13,47 +13,25 @@ recorded in docs/pipeline.md). It solves twice over the same rows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyd.clouds.base import ClusterHandle, get_cloud, registered_clouds
 from skyd.clouds.offering import Offering
 from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
+from skyd.pipeline.placement import Placement, Resolved, cpu_demand, placements_of, resolve_entry
 from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
 
-__all__ = ["Block", "Choice", "Planned", "RankedChoices", "plan_dag", "plan_task", "dryrun",
-           "check_fits", "resources_on", "to_request"]
+if TYPE_CHECKING:
+    from skyd.models.resources import Resources
+    from skyd.models.task import Task
+
+__all__ = ["Block", "Choice", "Placement", "Planned", "RankedChoices", "plan_dag", "plan_task",
+           "dryrun", "check_fits", "cpu_demand", "resolved_on", "resources_on", "to_request"]
 
 
-@dataclass(frozen=True)
-class Choice:
-    offering: Offering
-    use_spot: bool
-    hourly_cost: float  # whole cluster
-    num_nodes: int
-    resources_index: int = 0  # the task's resources entry (any_of/ordered) it came from
-
-    def describe(self) -> str:
-        o = self.offering
-        loc = "/".join(p for p in (o.cloud, o.region, o.zone) if p)
-        acc = f" {o.accelerator}:{_n(o.accelerator_count)}" if o.accelerator else ""
-        spot = " [spot]" if self.use_spot else ""
-        nodes = f" x{self.num_nodes}" if self.num_nodes > 1 else ""
-        return f"{loc} {o.instance_type}{acc}{spot}{nodes} (${self.hourly_cost:.2f}/h)"
-
-    def public(self) -> dict[str, Any]:
-        o = self.offering
-        return {
-            "cloud": o.cloud,
-            "region": o.region,
-            "zone": o.zone,
-            "instance_type": o.instance_type,
-            "accelerators": {o.accelerator: o.accelerator_count} if o.accelerator else {},
-            "cpus": o.vcpus,
-            "memory_gib": o.memory_gib,
-            "use_spot": self.use_spot,
-            "hourly_cost": self.hourly_cost,
-            "num_nodes": self.num_nodes,
-        }
+#: The one typed offer from the solver onward (skyd.pipeline.placement); `Choice` is its
+#: name in the planner's vocabulary.
+Choice = Placement
 
 
 def _n(x: float) -> str:
@@ -68,7 +46,7 @@ def _num(s: str | None) -> tuple[float | None, bool]:
     return float(s.rstrip("+x")), plus
 
 
-def to_request(task: Any) -> TaskRequest:
+def to_request(task: Task) -> TaskRequest:
     cands = []
     for r in task.resources:
         acc = r.accelerator
@@ -108,7 +86,7 @@ def to_request(task: Any) -> TaskRequest:
     )
 
 
-def _pins(tasks: list[Any]) -> set[str]:
+def _pins(tasks: list[Task]) -> set[str]:
     return {r.cloud for t in tasks for r in t.resources if r.cloud}
 
 
@@ -153,11 +131,22 @@ def catalog_at(catalog_dir: str | None) -> Any:
     return load_catalog(catalog_dir or None)
 
 
-def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | None = None,
+def _catalog_for(tasks: list[Task], *, launchable_only: bool, catalog_dir: str | None = None,
                  ok_clouds: set[str] | None = None) -> Any:
     """`ok_clouds`: the providers whose (cached) check passed (skyd.pipeline.cloudcheck);
     None: check them now."""
-    catalog = catalog_at(catalog_dir)
+    return _catalog_and_fingerprint(tasks, launchable_only=launchable_only,
+                                    catalog_dir=catalog_dir, ok_clouds=ok_clouds)[0]
+
+
+def _catalog_and_fingerprint(tasks: list[Task], *, launchable_only: bool,
+                             catalog_dir: str | None = None,
+                             ok_clouds: set[str] | None = None) -> tuple[Any, str]:
+    """The catalog a plan is solved over, and its fingerprint (skyd.pipeline.plancache)."""
+    from skyd.pipeline import plancache
+
+    base = catalog_at(catalog_dir)
+    catalog = base
     pins = _pins(tasks)
     allowed = allowed_clouds(pins)
     registered = set(registered_clouds())
@@ -180,10 +169,11 @@ def _catalog_for(tasks: list[Any], *, launchable_only: bool, catalog_dir: str | 
     if "local" in pins or (not enabled and not extra and (allowed is None or "local" in allowed)):
         # `local`: the embedded default when nothing else is enabled, or when pinned.
         extra.extend(get_cloud("local").dynamic_offerings() or [])
-    return catalog.with_enabled(enabled).with_extra(extra)
+    out = catalog.with_enabled(enabled).with_extra(extra)
+    return out, plancache.fingerprint(out, base, extra)
 
 
-def _capacity_blocks(tasks: list[Any]) -> tuple[list[Block], list[str]]:
+def _capacity_blocks(tasks: list[Task]) -> tuple[list[Block], list[str]]:
     """Infras that can never hold a task's num_nodes (e.g. `local`: what this machine can
     run) are blocked for the plan; the reasons name them."""
     blocks: list[Block] = []
@@ -213,7 +203,7 @@ def _check_now(cloud: Any) -> bool:
     return _check_result(cloud)[0]
 
 
-def check_capacity(task: Any) -> None:
+def check_capacity(task: Task) -> None:
     """Cheap submit-time form of the plan-time check: when no infra this task may use
     (its pinned infra, else every enabled one) can ever hold num_nodes, InvalidSpecError.
     Infras that do not know their limit (None) pass; the plan decides for them."""
@@ -273,6 +263,7 @@ class Planned:
     wide: list[Any]  # the same DAG over every catalog; [] when nothing fits anywhere
     launchable: frozenset[str]  # infras that can launch now
     how: dict[str, str] = field(default_factory=dict)  # infra -> how to enable it
+    fingerprint: str = ""  # what it was solved over (skyd.pipeline.plancache)
 
     def best(self) -> Any:
         """The plan launch runs (or, when nothing can launch now, the wide view's best)."""
@@ -280,7 +271,7 @@ class Planned:
 
 
 def plan_dag(
-    tasks: list[Any], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
+    tasks: list[Task], edges: list[tuple[int, int]], blocked: list[Block], minimize: str,
     catalog_dir: str | None = None, checks: dict[str, Any] | None = None,
 ) -> Planned:
     """The one planning function of `launch` and `--dryrun` (sync: run it in a thread).
@@ -288,8 +279,8 @@ def plan_dag(
     from skyd.solver import optimize
 
     dag = DagRequest(tasks=[to_request(t) for t in tasks], edges=list(edges))
-    catalog = _catalog_for(tasks, launchable_only=True, catalog_dir=catalog_dir,
-                           ok_clouds=_ok(checks))
+    catalog, fp = _catalog_and_fingerprint(tasks, launchable_only=True, catalog_dir=catalog_dir,
+                                           ok_clouds=_ok(checks))
     launchable = frozenset(catalog.enabled)
     plans: list[Any] = []
     error: ResourcesUnavailableError | None = None
@@ -319,16 +310,25 @@ def plan_dag(
             reason = how_to_enable(name, checks)
             if reason:
                 how[name] = reason
-    return Planned(plans, error, wide, launchable, how)
+    return Planned(plans, error, wide, launchable, how, fp)
 
 
-class RankedChoices(list[Choice]):
-    """Launchable choices, best first, with the plan table that shows them (``table``)."""
+class RankedChoices(list[Placement]):
+    """Launchable placements, best first, with the plan table that shows them (``table``),
+    the plan's id (skyd.pipeline.plancache) and whether a shown plan was reused."""
 
     table: str = ""
+    plan_id: str = ""
+    reused: bool = False
+    replanned: str = ""  # why a plan the caller named was not reused ("" when none was named)
+
+    def copy_as(self, *, reused: bool, replanned: str = "") -> RankedChoices:
+        out = RankedChoices(self)
+        out.table, out.plan_id, out.reused, out.replanned = self.table, self.plan_id, reused, replanned
+        return out
 
 
-async def _add_check_reasons(e: ResourcesUnavailableError, task: Any, ok: set[str],
+async def _add_check_reasons(e: ResourcesUnavailableError, task: Task, ok: set[str],
                              store: Any | None) -> None:
     """A task pinned to providers whose check failed: say why each failed (the check's own
     reason names the fix, e.g. which credentials are missing) in the error's hint."""
@@ -344,60 +344,76 @@ async def _add_check_reasons(e: ResourcesUnavailableError, task: Any, ok: set[st
         e.hint = why + (f"; {e.hint}" if e.hint else "")
 
 
-def _offerings_of(c: Any) -> list[tuple[Offering, bool, float]]:
-    """A solver choice -> one launchable Offering per zone, in its failover order."""
-    acc = next(iter(c.accelerators.items()), None) if c.accelerators else None
-    per_node = c.hourly_cost / max(1, c.num_nodes)
-    zones = list(getattr(c, "zones", None) or [c.zone])
-    out = []
-    for z in zones:
-        off = Offering(
-            cloud=c.cloud,
-            instance_type=c.instance_type,
-            accelerator=acc[0] if acc else None,
-            accelerator_count=float(acc[1]) if acc else 0.0,
-            vcpus=float(c.vcpus or 0),
-            memory_gib=float(c.memory_gib or 0),
-            region=c.region,
-            zone=z,
-            price=None if c.use_spot else per_node,
-            spot_price=per_node if c.use_spot else None,
-        )
-        out.append((off, bool(c.use_spot), float(c.hourly_cost)))
-    return out
-
-
-async def plan_task(task: Any, *, blocked: list[Block], minimize: str = "cost",
-                    catalog_dir: str | None = None, store: Any | None = None) -> RankedChoices:
-    """Ranked launchable choices for one task, best first (zones expanded for failover);
-    ``.table`` is the plan as `--dryrun` shows it. ``store``: where the cloud checks are
-    cached (probed now when missing or stale)."""
-    import anyio
-
-    from skyd.pipeline.plan_view import format_planned
-
-    checks = await _checks(store)
-    planned = await anyio.to_thread.run_sync(plan_dag, [task], [], blocked, minimize, catalog_dir,
-                                             checks)
-    if planned.error is not None:
-        await _add_check_reasons(planned.error, task, _ok(checks) or set(), store)
-        raise planned.error
+def _ranked(planned: Planned) -> RankedChoices:
+    """The launch plan's placements, best first (zones expanded for failover; each row once)."""
     choices = RankedChoices()
     seen: set[tuple[Any, ...]] = set()
     for plan in planned.plans:
         tp = plan.tasks[0]
         for cand in [tp.chosen, *tp.alternatives]:
-            for off, spot, cost in _offerings_of(cand):
-                key = (off.cloud, off.region, off.zone, off.instance_type, spot)
+            for p in placements_of(cand):
+                off = p.offering
+                key = (off.cloud, off.region, off.zone, off.instance_type, p.use_spot)
                 if key in seen:
                     continue
                 seen.add(key)
-                choices.append(Choice(off, spot, cost, int(cand.num_nodes),
-                                      int(getattr(cand, "request_index", 0))))
+                choices.append(p)
+    return choices
+
+
+def _fingerprint_now(task: Task, catalog_dir: str | None, checks: dict[str, Any]) -> str:
+    return _catalog_and_fingerprint([task], launchable_only=True, catalog_dir=catalog_dir,
+                                    ok_clouds=_ok(checks))[1]
+
+
+async def _shown_plan(task: Task, shown: str, pid: str, catalog_dir: str | None,
+                      checks: dict[str, Any]) -> tuple[RankedChoices | None, str]:
+    """The plan a dry run showed under ``shown`` when it still holds for this task; else
+    (None, why it is planned again)."""
+    import anyio
+
+    from skyd.pipeline import plancache
+
+    if shown != pid:
+        return None, "the task or its options differ from the plan shown"
+    fp = await anyio.to_thread.run_sync(_fingerprint_now, task, catalog_dir, checks)
+    got, why = plancache.recall(shown, fp)
+    return (got.copy_as(reused=True) if got is not None else None), why
+
+
+async def plan_task(task: Task, *, blocked: list[Block], minimize: str = "cost",
+                    catalog_dir: str | None = None, store: Any | None = None,
+                    shown: str | None = None) -> RankedChoices:
+    """Ranked launchable placements for one task, best first (zones expanded for failover);
+    ``.table`` is the plan as `--dryrun` shows it. ``store``: where the cloud checks are
+    cached (probed now when missing or stale). ``shown``: the id of the plan a dry run
+    showed for this launch: run it as shown unless the task or catalogs changed since
+    (skyd.pipeline.plancache; ``.reused``, or ``.replanned`` says why not)."""
+    import anyio
+
+    from skyd.pipeline import plancache
+    from skyd.pipeline.plan_view import format_planned
+
+    checks = await _checks(store)
+    pid = plancache.plan_id(task, minimize, catalog_dir)
+    why = ""
+    if shown and not blocked:
+        got, why = await _shown_plan(task, shown, pid, catalog_dir, checks)
+        if got is not None:
+            return got
+    planned = await anyio.to_thread.run_sync(plan_dag, [task], [], blocked, minimize, catalog_dir,
+                                             checks)
+    if planned.error is not None:
+        await _add_check_reasons(planned.error, task, _ok(checks) or set(), store)
+        raise planned.error
+    choices = _ranked(planned)
     if not choices:
         raise ResourcesUnavailableError("no launchable resources", field="resources")
     choices.table = await anyio.to_thread.run_sync(format_planned, planned, [task])
-    return choices
+    choices.plan_id = pid
+    if not blocked:
+        plancache.remember(pid, planned.fingerprint, choices.copy_as(reused=False))
+    return choices.copy_as(reused=False, replanned=why)
 
 
 async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = None,
@@ -420,6 +436,16 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
         assert planned.error is not None
         raise planned.error
     doc = await anyio.to_thread.run_sync(planned_to_json, planned, list(dag.tasks))
+    if len(dag.tasks) == 1 and not dag.edges and planned.plans:
+        # What `launch` runs when it names this plan (skyd.pipeline.plancache).
+        from skyd.pipeline import plancache
+
+        ranked = _ranked(planned)
+        if ranked:
+            ranked.table = str(doc.get("table") or "")
+            ranked.plan_id = plancache.plan_id(dag.tasks[0], minimize, catalog_dir)
+            plancache.remember(ranked.plan_id, planned.fingerprint, ranked)
+            doc["plan_id"] = ranked.plan_id
     if store is not None and cluster_name:
         from skyd.pipeline.plan_view import note_reuse
         from skyd.pipeline.preflight import reuse_note
@@ -443,32 +469,34 @@ def block_for(choice: Choice, err: ResourcesUnavailableError) -> Block:
     return Block(cloud=o.cloud, region=o.region, zone=o.zone)
 
 
-def _fitting(task: Any, handle: ClusterHandle) -> tuple[Any, list[str]]:
+def _mismatch(r: Resources, handle: ClusterHandle) -> str | None:
+    """Why the cluster does not serve this resources entry (infra, region, GPUs, container
+    image), or None when it does."""
+    if r.cloud and r.cloud != handle.cloud:
+        return f"infra {r.cloud} != {handle.cloud}"
+    if r.region and handle.region and r.region != handle.region:
+        return f"region {r.region} != {handle.region}"
+    acc = r.accelerator
+    if acc:
+        have = handle.accelerators.get(acc[0], 0)
+        if have < float(acc[1]):
+            return f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})"
+    return _container_mismatch(r, handle)
+
+
+def _fitting(task: Task, handle: ClusterHandle) -> tuple[Resources | None, list[str]]:
     """The first resources entry of the task that the cluster serves, and why the others
     do not."""
-    reasons = []
+    reasons: list[str] = []
     for r in task.resources:
-        if r.cloud and r.cloud != handle.cloud:
-            reasons.append(f"infra {r.cloud} != {handle.cloud}")
-            continue
-        if r.region and handle.region and r.region != handle.region:
-            reasons.append(f"region {r.region} != {handle.region}")
-            continue
-        acc = r.accelerator
-        if acc:
-            have = handle.accelerators.get(acc[0], 0)
-            if have < float(acc[1]):
-                reasons.append(f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})")
-                continue
-        why = _container_mismatch(r, handle)
-        if why:
-            reasons.append(why)
-            continue
-        return r, reasons
+        why = _mismatch(r, handle)
+        if why is None:
+            return r, reasons
+        reasons.append(why)
     return None, reasons
 
 
-def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None:
+def check_fits(task: Task, handle: ClusterHandle, *, mounts: bool = True) -> None:
     """A task reusing a cluster must fit what the cluster has (any candidate); with
     ``mounts`` (launch, not exec: exec syncs no file mounts) its file mounts too."""
     if task.num_nodes > handle.num_nodes:
@@ -487,16 +515,38 @@ def check_fits(task: Any, handle: ClusterHandle, *, mounts: bool = True) -> None
         )
 
 
-def resources_on(task: Any, handle: ClusterHandle) -> Any:
+def resources_on(task: Task, handle: ClusterHandle) -> Resources | None:
     """The task's resources entry a job on this cluster runs under (its GPUs, CPUs): the
-    first that the cluster serves, as the planner chose it (any_of lists several)."""
-    entry, _ = _fitting(task, handle)
-    if entry is None and task.resources:
-        return task.resources[0]
-    return entry
+    first that the cluster serves and has the CPUs and memory for (any_of lists several:
+    an entry asking more CPUs than the nodes have is not the one the cluster was planned
+    for), else the first it serves."""
+    served = [r for r in task.resources if _mismatch(r, handle) is None]
+    if not served:
+        return task.resources[0] if task.resources else None
+    return next((r for r in served if _has_room(r, handle)), served[0])
 
 
-def _check_container_binds(task: Any, handle: ClusterHandle) -> None:
+def _has_room(r: Resources, handle: ClusterHandle) -> bool:
+    """The node's CPUs and memory (when the handle knows them) cover what the entry asks."""
+    cpus, _ = _num(r.cpus)
+    mem, _ = _num(r.memory)
+    return not ((cpus is not None and handle.cpus is not None and cpus > float(handle.cpus))
+                or (mem is not None and handle.memory_gib is not None
+                    and mem > float(handle.memory_gib)))
+
+
+def resolved_on(task: Task, handle: ClusterHandle, index: int | None = None) -> Resolved:
+    """What a job on an existing cluster runs under: the entry the cluster was made for
+    (``index``, recorded when this launch provisioned it), else the one
+    :func:`resources_on` finds; resolved as a placement's is (skyd.pipeline.placement)."""
+    res = list(task.resources)
+    entry = res[index] if index is not None and 0 <= index < len(res) else resources_on(task, handle)
+    index = next((i for i, r in enumerate(task.resources) if r is entry), 0)
+    return resolve_entry(entry, index, region=handle.region,
+                         accelerator=next(iter(handle.accelerators), None))
+
+
+def _check_container_binds(task: Task, handle: ClusterHandle) -> None:
     """An absolute file-mount destination is bound into a node's container when it is made;
     a later launch cannot add one (it would be synced where the container cannot see it)."""
     spec = (handle.nodes[0].extra.get("container") or {}) if handle.nodes else {}
@@ -519,7 +569,7 @@ def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
     if have is None:
         # no task container: a pod infra whose pods are the image, or a VM-image cluster
         return f"image_id docker:{want} (cluster runs no container image)" if (
-            want and handle.cloud not in ("kubernetes", "runpod")) else None
+            want and not get_cloud(handle.cloud).native_containers) else None
     if want and want != have:  # no image_id asked: the task runs in the cluster's container
         return f"image_id docker:{want} (cluster runs docker:{have})"
     return None
@@ -529,51 +579,13 @@ def _fmt_accs(handle: ClusterHandle) -> str:
     return ", ".join(f"{k}:{_n(v)}" for k, v in handle.accelerators.items()) or "no GPUs"
 
 
-def cpu_demand(res: Any) -> float:
-    """CPUs a job asks of its node: an explicit `cpus`, else 0.5 like SkyPilot's default."""
-    if res is None or res.cpus is None:
-        return 0.5
-    v, _ = _num(res.cpus)
-    return float(v or 0.5)
-
-
-def _mounts(task: Any) -> dict[str, Any]:
-    return dict(getattr(task, "file_mounts", None) or {})
-
-
-def _kind(fm: Any) -> str:
-    return str(getattr(fm, "kind", None) or (fm.get("kind") if isinstance(fm, dict) else "local"))
-
-
-def _source(fm: Any) -> Any:
-    if isinstance(fm, str):
-        return fm
-    return getattr(fm, "source", None) or (fm.get("source") if isinstance(fm, dict) else None)
-
-
-def bucket_mounts(task: Any) -> dict[str, Any]:
-    return {d: _source(fm) or getattr(fm, "name", "") for d, fm in _mounts(task).items() if _kind(fm) != "local"}
-
-
-def local_mounts(task: Any) -> dict[str, str]:
-    return {d: str(_source(fm)) for d, fm in _mounts(task).items() if _kind(fm) == "local"}
-
-
-def workdir_path(task: Any) -> str:
+def workdir_path(task: Task) -> str:
     """The local directory synced as the workdir; a git workdir ({url, ref}) is cloned on
     this machine first (skyd.pipeline.gitworkdir; blocking the first time: the launch
     calls it from a worker thread before syncing)."""
     wd = task.workdir
-    if isinstance(wd, str):
-        return wd
+    if wd is None or isinstance(wd, str):
+        return wd or ""
     from skyd.pipeline import gitworkdir
 
-    return str(gitworkdir.checkout(str(wd.url), getattr(wd, "ref", None)))
-
-
-def task_autostop(task: Any) -> tuple[int, bool] | None:
-    for r in task.resources:
-        a = getattr(r, "autostop", None)
-        if a is not None and getattr(a, "enabled", True):
-            return int(a.idle_minutes), bool(a.down)
-    return None
+    return str(gitworkdir.checkout(str(wd.url), wd.ref))

@@ -12,12 +12,16 @@ API and credentials; the launch checks it before provisioning too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyd.errors import SkydError
 
+if TYPE_CHECKING:
+    from skyd.models.task import Task
+    from skyd.solver.plan import Choice as SolverChoice
 
-def task_refusal(task: Any) -> SkydError | None:
+
+def task_refusal(task: Task) -> SkydError | None:
     """Why the launch refuses the task on any infra (workdir, local sources), or None."""
     from skyd.pipeline.launch import check_local_paths
 
@@ -28,16 +32,16 @@ def task_refusal(task: Any) -> SkydError | None:
     return None
 
 
-def choice_refusal(task: Any, choice: Any) -> SkydError | None:
+def choice_refusal(task: Task, choice: SolverChoice) -> SkydError | None:
     """Why the launch would skip this plan row (a solver choice) for the task: a feature
     the task uses that its infra cannot serve, or None."""
-    from skyd.pipeline import planner, provision
+    from skyd.pipeline import provision
+    from skyd.pipeline.placement import placements_of
 
-    offerings = planner._offerings_of(choice)
-    if not offerings:
+    placements = placements_of(choice)  # each knows the resources entry it came from
+    if not placements:
         return None
-    off, spot, cost = offerings[0]
-    lacks = provision.unsupported_for(task, planner.Choice(off, spot, cost, int(choice.num_nodes)))
+    lacks = provision.unsupported_for(task, placements[0])
     if not lacks:
         return None
     return provision.feature_error(task, sorted(lacks)[0], [choice.cloud])

@@ -23,7 +23,7 @@ import dataclasses
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -47,10 +47,14 @@ from skyd.errors import (
 from skyd.pipeline import cloudcheck, planner
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline.backend import AgentBackend
+from skyd.pipeline.placement import Placement, gpu_vendor
+
+if TYPE_CHECKING:
+    from skyd.models.task import Task
+    from skyd.pipeline.launchctx import LaunchContext
 
 RETRY_UNTIL_UP_GAP = 30.0
 FORGET_TIMEOUT_S = 120.0  # bound on cleaning one attempt up (a hung API must not stall)
-DEFAULT_DISK_SIZE_GB = 256  # skyd.models.resources.DEFAULT_DISK_SIZE_GB: "not asked for"
 
 
 @dataclass(frozen=True)
@@ -68,59 +72,30 @@ class Attempt:
 # -- the request ---------------------------------------------------------------------------
 
 
-def _resources_for(task: Any, choice: planner.Choice) -> Any:
-    """The task's resources entry a choice came from: the solver's own index (any_of and
-    ordered lists name several); by cloud only for a choice made without one."""
-    res = list(task.resources or [])
-    idx = getattr(choice, "resources_index", None)
-    if idx is not None and 0 <= idx < len(res):
-        r = res[idx]
-        if not r.cloud or r.cloud == choice.offering.cloud:
-            return r
-    for r in res:
-        if r.cloud == choice.offering.cloud:
-            return r
-    for r in res:
-        if not r.cloud:
-            return r
-    return res[0] if res else None
-
-
-def _image_for(image: Any, region: str | None) -> str | None:
-    if not image:
-        return None
-    if isinstance(image, str):
-        return image
-    if region in image:
-        return str(image[region])
-    vals = list(image.values())
-    return str(vals[0]) if len(vals) == 1 else None
-
-
-def build_request(task: Any, name: str, tag: str, choice: planner.Choice,
+def build_request(task: Task, name: str, tag: str, choice: Placement,
                   token: str | None = None) -> ProvisionRequest:
-    r = _resources_for(task, choice)
-    disk = getattr(r, "disk_size", None) if r is not None else None
-    image_id = _image_for(getattr(r, "image_id", None), choice.offering.region)
+    """The provider's request, built in this one place from the placement: what its
+    resources entry resolves to (skyd.pipeline.placement.Resolved) and its catalog row."""
+    r = choice.resolved(task)
     # docker:<img> on an infra that runs containers on its nodes: the node keeps the
     # provider's default VM image, and the task runs in the container (docs/containers.md).
-    container = container_request(task, image_id, choice, tag or name)
+    container = container_request(task, r.image_id, choice, tag or name)
     return ProvisionRequest(
         cluster_name=name,
         num_nodes=task.num_nodes,
         offering=choice.offering,
         use_spot=choice.use_spot,
-        disk_size=int(disk) if disk and int(disk) != DEFAULT_DISK_SIZE_GB else None,
-        ports=tuple(str(p) for p in (getattr(r, "ports", None) or ())),
-        image_id=None if container is not None else image_id,
-        labels=tuple(sorted((getattr(r, "labels", None) or {}).items())),
+        disk_size=r.disk_size,
+        ports=r.ports,
+        image_id=None if container is not None else r.image_id,
+        labels=r.labels,
         token=token or secrets.token_urlsafe(24),
         tag=tag,
         container=container,
     )
 
 
-def container_request(task: Any, image_id: str | None, choice: planner.Choice, tag: str) -> Any:
+def container_request(task: Task, image_id: str | None, choice: Placement, tag: str) -> Any:
     """What the nodes' containers need (image_id docker:<img> on an infra that runs the
     task's container on its nodes; docs/containers.md), or None."""
     from skyd.transports.container_runtime import ContainerRequest, RegistryLogin, image_of
@@ -139,14 +114,8 @@ def container_request(task: Any, image_id: str | None, choice: planner.Choice, t
     envs = {**(getattr(task, "envs", None) or {}), **(getattr(task, "secrets", None) or {})}
     opts = ((getattr(task, "config", None) or {}).get("docker") or {}).get("run_options")
     off = choice.offering
-    vendor = None
-    if off.accelerator:
-        from skyd.models.accelerators import get_accelerator_info
-
-        info = get_accelerator_info(off.accelerator)
-        vendor = info.vendor if info is not None and info.vendor in ("nvidia", "amd") else None
     return ContainerRequest(image=image, cluster_tag=tag, mounts=tuple(mounts), run_options=run_options(opts),
-                            gpu_vendor=vendor, gpu_count=float(off.accelerator_count or 0),
+                            gpu_vendor=gpu_vendor(off.accelerator), gpu_count=float(off.accelerator_count or 0),
                             login=RegistryLogin.from_envs(envs, image))
 
 
@@ -167,7 +136,7 @@ def run_options(opts: Any) -> tuple[str, ...]:
                                hint="quote each option as a shell would") from None
 
 
-def _task_features(task: Any) -> set[str]:
+def _task_features(task: Task) -> set[str]:
     # COPY-mode bucket mounts go through the daemon (skyd.storage) on every infra; the
     # feature gates only the FUSE modes (MOUNT, MOUNT_CACHED: rclone on the node, where the
     # provider has a node_shell).
@@ -192,13 +161,13 @@ def _supporters(feature: str) -> list[str]:
     return out
 
 
-def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecError:
+def _feature_error(task: Task, feature: str, clouds: list[str]) -> InvalidSpecError:
     where = ", ".join(repr(c) for c in sorted(set(clouds)))
     others = [c for c in _supporters(feature) if c not in clouds]
     hint = (f"infras that support it: {', '.join(others)}" if others
             else "no infra in this build supports it; remove it from the task")
     if feature == "bucket_mounts":
-        dst, src = next(iter(planner.bucket_mounts(task).items()))
+        dst, src = next(iter(task.bucket_mounts().items()))
         return InvalidSpecError(f"bucket mount {src!r} is not supported on the {where} infra",
                                 field=f"file_mounts.{dst}", hint=f"use a local path; {hint}")
     what = ("container images (image_id: docker:<image>) are" if feature == "docker_image"
@@ -207,23 +176,23 @@ def _feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecErr
                             field=FEATURE_FIELDS.get(feature, feature), hint=hint)
 
 
-def unsupported_for(task: Any, choice: planner.Choice) -> set[str]:
+def unsupported_for(task: Task, choice: Placement) -> set[str]:
     """The features the task uses that the choice's infra cannot serve (checked before
     provisioning; a dry run's LAUNCH column asks the same: skyd.pipeline.preflight)."""
     used = requested_features(build_request(task, "", "", choice)) | _task_features(task)
     return _unsupported(choice.offering.cloud, used)
 
 
-def feature_error(task: Any, feature: str, clouds: list[str]) -> InvalidSpecError:
+def feature_error(task: Task, feature: str, clouds: list[str]) -> InvalidSpecError:
     return _feature_error(task, feature, clouds)
 
 
 def supported_choices(
-    ctx: Any, task: Any, name: str, choices: list[planner.Choice]
-) -> list[planner.Choice]:
+    ctx: LaunchContext, task: Task, name: str, choices: list[Placement]
+) -> list[Placement]:
     """The choices whose infra serves every feature the task uses; a clear InvalidSpecError
     (the field, and the infras that do support it) when none is left."""
-    keep: list[planner.Choice] = []
+    keep: list[Placement] = []
     missing: dict[str, list[str]] = {}
     for c in choices:
         lacks = unsupported_for(task, c)
@@ -253,7 +222,7 @@ async def forget(store: Any, partial: PartialHandle, log: Any) -> None:
         await cdb.remove_cluster(store, partial.cluster_name)
 
 
-def _blocked(choice: planner.Choice, blocked: list[planner.Block]) -> bool:
+def _blocked(choice: Placement, blocked: list[planner.Block]) -> bool:
     o = choice.offering
     for b in blocked:
         if b.cloud != o.cloud:
@@ -264,7 +233,7 @@ def _blocked(choice: planner.Choice, blocked: list[planner.Block]) -> bool:
 
 
 async def _attempt(
-    ctx: Any, task: Any, name: str, tag: str, choice: planner.Choice, token: str
+    ctx: LaunchContext, task: Task, name: str, tag: str, choice: Placement, token: str
 ) -> ClusterHandle | tuple[Attempt, ResourcesUnavailableError]:
     store = ctx.store
     cloud = get_cloud(choice.offering.cloud)
@@ -377,7 +346,7 @@ async def drop_provision_token(store: Any, request_id: str, name: str) -> None:
         await db.execute("DELETE FROM kv WHERE key = ?", (f"provision-token:{request_id}:{name}",))
 
 
-def inside_pin(choices: list[planner.Choice], pin: dict[str, Any] | None) -> list[planner.Choice]:
+def inside_pin(choices: list[Placement], pin: dict[str, Any] | None) -> list[Placement]:
     """The choices inside a pinned location (a managed job's recovery on the same infra);
     a pin is matched on the offering's own cloud/region/zone, whatever the infra's syntax."""
     if not pin:
@@ -399,7 +368,7 @@ async def _tag_for(store: Any, name: str) -> str:
     return f"{name}-{secrets.token_hex(3)}"
 
 
-async def clean_stale_partial(ctx: Any, name: str) -> None:
+async def clean_stale_partial(ctx: LaunchContext, name: str) -> None:
     """A previous daemon died mid-provision of this cluster: remove what it left first."""
     row = await cdb.get_cluster(ctx.store, name)
     partial = cdb.partial_of(row) if row else None
@@ -409,23 +378,43 @@ async def clean_stale_partial(ctx: Any, name: str) -> None:
 
 
 async def provision_cluster(
-    ctx: Any, task: Any, name: str, payload: dict[str, Any]
+    ctx: LaunchContext, task: Task, name: str, payload: dict[str, Any]
 ) -> ClusterHandle:
     """OPTIMIZE + PROVISION with failover over the ranked plan (the caller holds the
     cluster lock)."""
+    return (await provision_placed(ctx, task, name, payload))[0]
+
+
+async def _plan(ctx: LaunchContext, task: Task, payload: dict[str, Any], blocked: list[planner.Block],
+                shown: str | None) -> planner.RankedChoices:
+    ranked = await planner.plan_task(task, blocked=blocked, minimize=payload.get("minimize", "cost"),
+                                     catalog_dir=payload.get("catalog_dir"), store=ctx.store,
+                                     shown=shown)
+    if ranked.reused:
+        ctx.log(f"Launching the plan shown (plan {ranked.plan_id}): not planning again")
+    elif ranked.replanned:
+        ctx.log(f"Planning again: {ranked.replanned} (plan {shown})")
+    return ranked
+
+
+async def provision_placed(
+    ctx: LaunchContext, task: Task, name: str, payload: dict[str, Any]
+) -> tuple[ClusterHandle, Placement]:
+    """:func:`provision_cluster`, also returning the placement the cluster was made for
+    (whose resolved resources the job then runs under). ``payload["plan_id"]``: the plan
+    a dry run showed for this launch, run as shown unless it no longer holds."""
     store = ctx.store
     blocked: list[planner.Block] = list(payload.get("blocked") or [])
     tried: list[Attempt] = []
     gap = RETRY_UNTIL_UP_GAP
+    shown = payload.get("plan_id") if isinstance(payload.get("plan_id"), str) else None
     await clean_stale_partial(ctx, name)
     tag = await _tag_for(store, name)
     token = await provision_token(store, ctx.request_id, name)
     while True:
         await ctx.stage("OPTIMIZE", "start")
         try:
-            ranked = await planner.plan_task(task, blocked=blocked,
-                                             minimize=payload.get("minimize", "cost"),
-                                             catalog_dir=payload.get("catalog_dir"), store=store)
+            ranked = await _plan(ctx, task, payload, blocked, shown)
         except ResourcesUnavailableError as e:
             await ctx.stage("OPTIMIZE", "failed")
             if not payload.get("retry_until_up") or not blocked:
@@ -435,14 +424,16 @@ async def provision_cluster(
             gap = min(gap * 2, 600)
             blocked = list(payload.get("blocked") or [])
             continue
+        shown = None  # a plan shown once: any later round plans with what failed blocked
         choices = supported_choices(ctx, task, name, inside_pin(ranked, payload.get("pin")))
-        await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe(), plan=ranked.table)
+        await ctx.stage("OPTIMIZE", "done", choice=choices[0].describe(), plan=ranked.table,
+                        plan_id=ranked.plan_id, reused=ranked.reused)
         for choice in choices:
             if _blocked(choice, blocked):
                 continue
             out = await _attempt(ctx, task, name, tag, choice, token)
             if isinstance(out, ClusterHandle):
-                return out
+                return out, choice
             attempt, err = out
             tried.append(attempt)
             if attempt.scope == "stop":

@@ -87,11 +87,20 @@ def check_payload(payload: dict[str, Any]) -> None:
     check_overrides(payload.get("overrides"))
 
 
-def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True) -> Any:
+def load_dag_from_payload(payload: dict[str, Any], *, precheck: bool = True,
+                          take: bool = False) -> Any:
     """The payload's DAG, with its ``overrides`` applied to every task and the launch's
     precheck (skyd.models.precheck) passed: what every verb that takes a task loads, at
-    submit and when it runs."""
+    submit and when it runs. ``take``: a request's handler takes the DAG its submit-time
+    check parsed when there is one (skyd.pipeline.parsememo) rather than parsing again."""
+    from skyd.pipeline import parsememo
+
+    if take:
+        kept = parsememo.take(parsememo.key(payload, precheck))
+        if kept is not None:
+            return kept
     check_payload(payload)
+    parsememo.parsed()
     dag = _load(payload)
     ov = check_overrides(payload.get("overrides"))
     if ov:
@@ -267,7 +276,8 @@ def tier_warnings(task: Any) -> list[str]:
 async def aload_dag_from_payload(payload: dict[str, Any]) -> Any:
     """load_dag_from_payload in a worker thread: YAML parsing and validation are CPU work
     (and may read files next to the YAML), never done on the event loop."""
-    return await anyio.to_thread.run_sync(load_dag_from_payload, payload)
+    return await anyio.to_thread.run_sync(
+        lambda: load_dag_from_payload(payload, take=True))  # the check's DAG when kept
 
 
 async def load_task_from_payload(payload: dict[str, Any]) -> Any:

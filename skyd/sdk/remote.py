@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from skyd import paths
 from skyd.errors import InvalidSpecError, SkydError
+from skyd.sdk.kubehost import KubeTarget, is_k8s, parse_k8s
 
 # What the host runs when no binary is named: the file `skyd daemon deploy` installs, else a
 # `skyd` on the login PATH.
@@ -62,15 +63,28 @@ class Target:
         return [*out, self.host]
 
 
+# Where a daemon can be: a host over SSH, or a pod in Kubernetes (skyd.sdk.kubehost).
+AnyTarget = Target | KubeTarget
+
+
 def parse_host(url: str, *, remote_bin: str | None = None,
-               remote_home: str | None = None) -> Target:
+               remote_home: str | None = None) -> AnyTarget:
     """``ssh://[user@]host[:port]`` (an SSH config alias as the host works too), with
-    optional ``?bin=PATH&home=PATH`` for the binary and SKYD_HOME on the host."""
+    optional ``?bin=PATH&home=PATH`` for the binary and SKYD_HOME on the host; or
+    ``k8s://CONTEXT/NAMESPACE`` (skyd.sdk.kubehost)."""
+    if is_k8s(url):
+        return parse_k8s(url)
+    return parse_ssh(url, remote_bin=remote_bin, remote_home=remote_home)
+
+
+def parse_ssh(url: str, *, remote_bin: str | None = None,
+              remote_home: str | None = None) -> Target:
     text = url.strip()
     if not text.startswith("ssh://"):
         raise InvalidSpecError(f"unsupported daemon host {url!r}", field="SKYD_HOST",
                                hint="use ssh://[user@]host[:port] (or an SSH config alias: "
-                                    "ssh://alias), or unset it for the local daemon")
+                                    "ssh://alias) or k8s://CONTEXT/NAMESPACE, or unset it "
+                                    "for the local daemon")
     parts = urlsplit(text)
     host = parts.hostname
     if not host or (parts.path not in ("", "/")):
@@ -134,7 +148,7 @@ def save_contexts(doc: dict[str, Any]) -> None:
         raise
 
 
-def context_target(name: str, doc: dict[str, Any] | None = None) -> Target | None:
+def context_target(name: str, doc: dict[str, Any] | None = None) -> AnyTarget | None:
     doc = doc if doc is not None else load_contexts()
     if name in ("", "local", "default"):
         return None
@@ -147,7 +161,7 @@ def context_target(name: str, doc: dict[str, Any] | None = None) -> Target | Non
                       remote_home=ctx.get("remote_home"))
 
 
-def resolve_target() -> Target | None:
+def resolve_target() -> AnyTarget | None:
     """The daemon to talk to: ``SKYD_HOST`` (``--host`` sets it), else the current context;
     None means the local daemon."""
     env = os.environ.get("SKYD_HOST", "").strip()
@@ -391,28 +405,56 @@ class SSHStdioConnection(http.client.HTTPConnection):
 
 class LocalRelay:
     """A private Unix socket on this machine whose every connection is carried to the remote
-    daemon by its own ``ssh … dial-stdio`` (on the shared SSH connection): for clients that
-    speak to a socket path (the async SDK, the TUI). One thread accepts; ssh gets the
-    accepted socket as its stdin/stdout, so no byte is copied here."""
+    daemon by its own ``dial-stdio``: for clients that speak to a socket path (the async SDK,
+    the TUI; for a k8s:// daemon the CLI too). One thread accepts and hands each connection
+    to the target's carrier: over SSH, ssh (on the shared SSH connection) gets the accepted
+    socket as its stdin/stdout, so no byte is copied here; for Kubernetes, an exec session in
+    the daemon's pod (skyd.sdk.kubehost; kubeconfig users of exec plugins get a relay with
+    the Kubernetes client library instead, KubeRelayServer, which serves the path itself)."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: AnyTarget) -> None:
         self.target = target
         self.dir = Path(tempfile.mkdtemp(prefix="skyd-relay-"))  # 0700
         self.path = str(self.dir / "s.sock")
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._closed = False
+        self.kube: Any = None  # the library-based relay (k8s:// with exec-plugin auth)
+        self.errors: list[str] = []  # why connections failed (k8s://), for messages
+        try:
+            self._carry = self._carrier(target)
+        except BaseException:
+            self.dir.rmdir()
+            raise
+        if isinstance(target, KubeTarget):
+            import atexit
+
+            atexit.register(self.close)  # a one-shot CLI may not close its client
+        if self.kube is not None:
+            return
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._srv.bind(self.path)
         self._srv.listen(64)
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self._closed = False
         threading.Thread(target=self._serve, name="skyd-relay", daemon=True).start()
 
-    def _serve(self) -> None:
-        argv = ssh_argv(self.target, remote_skyd(self.target, "daemon", "dial-stdio"))
-        while not self._closed:
-            try:
-                conn, _ = self._srv.accept()
-            except OSError:
-                return
+    @property
+    def error(self) -> str:
+        said = self.errors[-1] if self.errors else ""
+        return said or (self.kube.error if self.kube is not None else "")
+
+    def _carrier(self, target: AnyTarget) -> Any:
+        """What carries one accepted connection (and closes it)."""
+        if isinstance(target, KubeTarget):
+            from skyd.sdk import kubehost
+
+            t = kubehost.resolve(target)
+            ep = kubehost.endpoint(t)
+            if ep is None:
+                self.kube = kubehost.KubeRelayServer(t, self.path)
+                return None
+            return kubehost.stdlib_carrier(t, ep, self.errors.append)
+        argv = ssh_argv(target, remote_skyd(target, "daemon", "dial-stdio"))
+
+        def ssh(conn: socket.socket) -> None:
             try:
                 self._procs = [p for p in self._procs if p.poll() is None]
                 self._procs.append(subprocess.Popen(  # noqa: S603 - an argument list
@@ -423,10 +465,29 @@ class LocalRelay:
             finally:
                 conn.close()
 
+        return ssh
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                return
+            self._carry(conn)
+
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
+        if isinstance(self.target, KubeTarget):
+            import atexit
+
+            atexit.unregister(self.close)
         try:
-            self._srv.close()
+            if self.kube is not None:
+                self.kube.close()
+            else:
+                self._srv.close()
         finally:
             for p in self._procs:
                 if p.poll() is None:
@@ -452,7 +513,21 @@ def dial_stdio(print_socket: bool = False) -> int:
     from skyd.sdk.transport import ensure_daemon
 
     sp = str(paths.socket_path())
-    ensure_daemon(sp)
+    if os.environ.get("SKYD_NO_AUTOSTART", "") not in ("", "0"):
+        # A daemon someone else runs (a pod's main process, skyd.cli.deploy_k8s): wait for
+        # its socket rather than starting a second one beside it.
+        import time
+
+        from skyd.sdk.transport import socket_answers
+
+        deadline = time.monotonic() + 120
+        while not socket_answers(sp):
+            if time.monotonic() > deadline:
+                os.write(2, f"skyd: no daemon answers at {sp}\n".encode())
+                return 1
+            time.sleep(0.2)
+    else:
+        ensure_daemon(sp)
     if print_socket:
         os.write(1, (os.path.abspath(sp) + "\n").encode())
         return 0
@@ -492,7 +567,7 @@ def dial_stdio(print_socket: bool = False) -> int:
     return 0
 
 
-def describe(t: Target | None) -> str:
+def describe(t: AnyTarget | None) -> str:
     return "local" if t is None else t.url()
 
 

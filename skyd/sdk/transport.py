@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 
 from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
+from skyd.sdk.kubehost import KubeTarget
 
 REQUEST_ID_HEADER = "X-Skyd-Request-Id"
 # The daemon closes a kept-alive connection idle for 30 s: one idle longer than this is
@@ -123,8 +124,17 @@ class Client:
         self._conn: http.client.HTTPConnection | None = None
         self._last_ssh_error = ""
         self._last_used = time.monotonic()
+        self._relay: Any = None  # k8s://: the private relay socket (skyd.sdk.kubehost)
 
     def _new_conn(self, timeout: float | None) -> http.client.HTTPConnection:
+        if isinstance(self.target, KubeTarget):
+            # k8s://: each connection is an exec session in the daemon's pod, through a
+            # private local relay socket that lives as long as this client.
+            from skyd.sdk.remote import LocalRelay
+
+            if self._relay is None:
+                self._relay = LocalRelay(self.target)
+            return UnixHTTPConnection(self._relay.path, timeout)
         if self.target is not None:
             from skyd.sdk.remote import ForwardedConnection, SSHStdioConnection, ensure_forward
 
@@ -154,7 +164,8 @@ class Client:
         """Through a forward whose far end is gone (the host daemon died, the SSH connection
         dropped) the channel closes before a byte reaches a daemon: set the forward up again
         (which starts the daemon there). True when the request should be sent again."""
-        if self.target is None or getattr(conn, "unix_path", None) is None:
+        if (self.target is None or isinstance(self.target, KubeTarget)
+                or getattr(conn, "unix_path", None) is None):
             return False
         self._drop(conn, fresh)
         return self._refresh_remote()
@@ -163,6 +174,9 @@ class Client:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
 
     def __enter__(self) -> Client:
         return self
@@ -235,6 +249,15 @@ class Client:
 
     def _unavailable(self, e: BaseException | None,
                      conn: http.client.HTTPConnection | None = None) -> DaemonUnavailableError:
+        if isinstance(self.target, KubeTarget):
+            said = self._relay.error if self._relay is not None else ""
+            return DaemonUnavailableError(
+                f"cannot reach the skyd daemon on {self.target.url()}"
+                + (f": {said.splitlines()[-1]}" if said else (f": {e}" if e else "")),
+                hint=f"check `{' '.join(self.target.destination())} get pod "
+                     f"{self.target.pod}` and deploy it with: skyd daemon deploy "
+                     f"{self.target.url()}",
+            )
         if self.target is not None:
             said = self._last_ssh_error
             return DaemonUnavailableError(

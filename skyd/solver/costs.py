@@ -2,7 +2,7 @@
 
 Egress (USD per GB leaving the source):
 * zero within the same (cloud, region);
-* same cloud, another region: :data:`INTER_REGION_PER_GB` (falls back to the internet rate);
+* same cloud, another region: the provider's ``inter_region_per_gb`` (None: the internet rate);
 * another cloud: the source cloud's internet egress, tiered where the provider is
   (AWS $0.09 / $0.085 / $0.07 / $0.05 per GB over 10 TB / 40 TB / 100 TB steps, as SkyPilot).
 Transfer time: a fixed 10 Gbps between different locations, zero within one (as SkyPilot).
@@ -10,29 +10,18 @@ Transfer time: a fixed 10 Gbps between different locations, zero within one (as 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-_INF = math.inf
+if TYPE_CHECKING:
+    from skyd.clouds.base import ProviderFacts
 
-# (tier upper bound in GB, $/GB) - cumulative tiers.
-INTERNET_EGRESS: dict[str, tuple[tuple[float, float], ...]] = {
-    "aws": ((10 * 1024, 0.09), (50 * 1024, 0.085), (150 * 1024, 0.07), (_INF, 0.05)),
-    "gcp": ((_INF, 0.12),),
-    "azure": ((_INF, 0.087),),
-    "oci": ((_INF, 0.0085),),
-    "lambda": ((_INF, 0.0),),  # no egress fees
-    "runpod": ((_INF, 0.0),),  # no egress fees
-    "vultr": ((_INF, 0.01),),
-    "do": ((_INF, 0.01),),  # DigitalOcean (SkyPilot calls it "do")
-    "hotaisle": ((_INF, 0.0),),
-    "crusoe": ((_INF, 0.0),),
-    "local": ((_INF, 0.0),),
-    "ssh": ((_INF, 0.0),),
-    "kubernetes": ((_INF, 0.0),),
-}
-DEFAULT_EGRESS_PER_GB = 0.10  # clouds not listed above
-INTER_REGION_PER_GB: dict[str, float] = {"aws": 0.02, "gcp": 0.02, "azure": 0.02}
+
+# Each provider states its egress prices on its Cloud class (``egress_tiers``,
+# ``inter_region_per_gb``: skyd.clouds.base.REQUIRED_FACTS); clouds skyd only has a catalog
+# for, in skyd.clouds.catalog_only. A name that is neither (an input bucket's store, e.g.
+# r2's "cloudflare") pays this.
+DEFAULT_EGRESS_PER_GB = 0.10
 BANDWIDTH_GBPS = 10.0
 DEFAULT_RUNTIME_S = 3600.0
 
@@ -48,10 +37,17 @@ RELATIVE_SPEED: dict[str, float] = {
 }
 
 
+def _facts(cloud: str) -> ProviderFacts | None:
+    from skyd.clouds.base import provider_facts
+
+    return provider_facts(cloud)
+
+
 def internet_egress_cost(cloud: str, gb: float) -> float:
-    tiers = INTERNET_EGRESS.get(cloud)
-    if tiers is None:
+    facts = _facts(cloud)
+    if facts is None:
         return gb * DEFAULT_EGRESS_PER_GB
+    tiers = facts.egress_tiers
     cost, lo = 0.0, 0.0
     for hi, rate in tiers:
         if gb <= lo:
@@ -69,7 +65,8 @@ def egress_cost(
     if src_cloud == dst_cloud:
         if src_region == dst_region or src_region is None:
             return 0.0
-        rate = INTER_REGION_PER_GB.get(src_cloud)
+        facts = _facts(src_cloud)
+        rate = facts.inter_region_per_gb if facts is not None else None
         if rate is not None:
             return gb * rate
     return internet_egress_cost(src_cloud, gb)

@@ -20,46 +20,11 @@ from typing import Any, Protocol
 
 import anyio
 
-log = logging.getLogger("skyd.transports.relay")
+from skyd.transports.relay_script import RELAY  # the script itself: stdlib only
 
-# argv: socket path. Long paths (over the 108-byte sun_path limit) are reached through the
-# directory's /proc/self/fd entry.
-RELAY = r"""
-import os, socket, sys, threading
-p = sys.argv[1]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-if len(p.encode()) > 100:
-    d, b = os.path.split(p)
-    p = "/proc/self/fd/%d/%s" % (os.open(d or ".", os.O_RDONLY), b)
-try:
-    s.connect(p)
-except OSError as e:
-    sys.stderr.write("skyd relay: cannot reach the node agent at %s: %s\n" % (sys.argv[1], e))
-    sys.exit(2)
-def up():
-    try:
-        while True:
-            b = os.read(0, 65536)
-            if not b:
-                break
-            s.sendall(b)
-    except OSError:
-        pass
-    try:
-        s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-threading.Thread(target=up, daemon=True).start()
-try:
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        while b:
-            b = b[os.write(1, b):]
-except OSError:
-    pass
-"""
+__all__ = ["RELAY", "Pipe", "RelayListener"]
+
+log = logging.getLogger("skyd.transports.relay")
 
 
 class Reader(Protocol):
@@ -115,7 +80,8 @@ async def _pump(src: Reader, dst: Writer, eof: bool) -> None:
 
 
 class RelayListener:
-    """A 127.0.0.1 TCP listener whose every connection is relayed through ``open_pipe``."""
+    """A 127.0.0.1 TCP (or Unix socket) listener whose every connection is relayed through
+    ``open_pipe``."""
 
     def __init__(self, open_pipe: OpenPipe, name: str = "", *, spares: int = SPARES) -> None:
         self._open_pipe = open_pipe
@@ -129,7 +95,12 @@ class RelayListener:
         self.connections = 0
         self.spares_used = 0
 
-    async def start(self) -> int:
+    async def start(self, *, unix_path: str | None = None) -> int:
+        """Listen on 127.0.0.1 (a free port), or on ``unix_path`` (a client's private relay
+        socket, skyd.sdk.kubehost)."""
+        if unix_path is not None:
+            self._server = await asyncio.start_unix_server(self._handle, unix_path)
+            return 0
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port

@@ -79,10 +79,14 @@ def _region_of(req: web.Request) -> str:
 
 class AWSProxy:
     def __init__(self, upstream: str, hosts: list[str] | None = None,
-                 on_key: Callable[[str], None] | None = None) -> None:
+                 on_key: Callable[[str], None] | None = None,
+                 on_boot: Callable[[str, str, str], None] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.hosts = list(hosts or [])
         self.on_key = on_key
+        # (address, image id, instance type) of an instance seen for the first time: the fake
+        # host behind that address becomes that machine (its GPUs, as its AMI shows them)
+        self.on_boot = on_boot
         self.failures: dict[str, str] = {}  # zone or region -> error code
         self.addresses: dict[str, str] = {}  # instance id -> loopback address
         self.calls: Counter[str] = Counter()
@@ -144,7 +148,11 @@ class AWSProxy:
             iid = next((c.text for c in item if c.tag.endswith("instanceId")), None)
             if not iid or not iid.startswith("i-") or not any(c.tag.endswith("}imageId") for c in item):
                 continue
+            new = iid not in self.addresses
             addr = self.address_of(iid)
+            if new and self.on_boot is not None:
+                field = {c.tag.rsplit("}", 1)[-1]: c.text or "" for c in item}
+                self.on_boot(addr, field.get("imageId", ""), field.get("instanceType", ""))
             for el in item.iter():
                 name = el.tag.rsplit("}", 1)[-1]
                 if name in ADDRESS_TAGS and el.text:

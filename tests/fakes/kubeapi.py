@@ -6,6 +6,22 @@ failures, RBAC refusals per namespace, and pod ``exec`` over WebSocket (``v4.cha
 framing, ``v5`` on request) that really runs the command in a per-pod sandbox directory on
 this machine, so a node agent runs "in" the pod.
 
+A pod shows its GPUs the way its image lets it (tests/fakes/gpuprofile.py): the GPUs the
+device plugin gave it (its ``resources`` request on the node) are of the card installed on
+the node (``cards[node]``; by default what the node's labels say), and show to ``nvidia-smi``
+on any image (the NVIDIA container toolkit mounts the tool and the driver into the
+container) but to ``amd-smi`` only on an image with ROCm (the AMD device plugin passes
+``/dev/kfd`` and ``/dev/dri``; the userland comes from the image).
+
+Also core/v1 serviceaccounts and apps/v1 statefulsets with the controller's part that skyd
+relies on (one pod ``NAME-I`` per replica from the template; a changed template replaces the
+pods, a deleted pod comes back). A pod whose container has a ``command`` runs it as a local
+process (restartPolicy Always: restarted when it exits), with the container's ``env`` (exec
+sessions get it too, as in a real container) plus ``image_env`` (what an image's ``ENV``
+would set). Volumes are directories on this machine: a ``persistentVolumeClaim`` one per
+claim (it outlives pods), an ``emptyDir`` one per pod; an env value under a ``mountPath`` is
+rewritten to that directory (the one liberty taken: processes here share one filesystem).
+
 It runs on its own event loop in a thread, so it outlives daemons the tests kill.
 """
 
@@ -24,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.kube_workloads import Workloads
 
 TOKEN = "fake-kube-token"
 _KUBE: Any = None
@@ -110,7 +128,7 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(body, status=code)
 
 
-class FakeKube:
+class FakeKube(Workloads):
     def __init__(self, root: Path, *, user: str = "system:serviceaccount:skyd:tester") -> None:
         self.root = Path(root)
         self.user = user
@@ -121,6 +139,7 @@ class FakeKube:
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         self.forbidden: set[str] = set()
         self.bad_images: set[str] = set()
+        self.cards: dict[str, str] = {}  # node -> the card really installed (labels can be wrong)
         self.protocols: tuple[str, ...] = ("v4.channel.k8s.io",)
         self.calls: dict[str, int] = {}
         self.exec_calls = 0
@@ -132,6 +151,14 @@ class FakeKube:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._procs: set[asyncio.subprocess.Process] = set()
+        self.serviceaccounts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.statefulsets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.image_env: dict[str, str] = {}  # what the image's ENV lines set in containers
+        self.main_logs: dict[str, Path] = {}  # pod name -> its main process's output
+        self.main_pids: dict[str, int] = {}  # pod name -> its main process (now)
+        self._mains: dict[str, asyncio.Task[None]] = {}  # pod uid -> the main process loop
+        self._rv = 0
+        self._emptydirs: dict[str, dict[str, str]] = {}  # pod uid -> volume name -> dir
 
     @property
     def url(self) -> str:
@@ -197,6 +224,7 @@ class FakeKube:
             self._thread.join(30)
 
     async def _cleanup(self) -> None:
+        self.statefulsets.clear()
         for p in list(self.pods.values()):
             await self._kill_pod(p)
 
@@ -222,11 +250,20 @@ class FakeKube:
         r.add_get(pvc + "/{name}", self._get_pvc)
         r.add_patch(pvc + "/{name}", self._patch_pvc)
         r.add_delete(pvc + "/{name}", self._delete_pvc)
+        sa = "/api/v1/namespaces/{ns}/serviceaccounts"
+        r.add_post(sa, self._create_sa)
+        r.add_get(sa + "/{name}", self._get_sa)
+        sts = "/apis/apps/v1/namespaces/{ns}/statefulsets"
+        r.add_post(sts, self._create_sts)
+        r.add_get(sts + "/{name}", self._get_sts)
+        r.add_put(sts + "/{name}", self._replace_sts)
+        r.add_delete(sts + "/{name}", self._delete_sts)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.port = runner.addresses[0][1]
+        self._runner = runner
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
@@ -235,7 +272,8 @@ class FakeKube:
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         key = f"{request.method} {request.match_info.route.resource.canonical if request.match_info.route.resource else request.path}"
         self.calls[key] = self.calls.get(key, 0) + 1
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+        by_cert = bool(request.transport and request.transport.get_extra_info("peercert"))
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}" and not by_cert:
             return _status(401, "Unauthorized", "Unauthorized")
         ns = request.match_info.get("ns")
         if ns is not None and ns in self.forbidden:
@@ -309,6 +347,9 @@ class FakeKube:
         if p is None:
             return _status(404, "NotFound", f'pods "{name}" not found')
         await self._kill_pod(p)
+        for ref in p["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "StatefulSet":  # its controller brings the pod back
+                await self._reconcile(ns, ref["name"])
         return web.json_response(p)
 
     def sandbox(self, p: dict[str, Any]) -> Path:
@@ -317,6 +358,9 @@ class FakeKube:
     async def _kill_pod(self, p: dict[str, Any]) -> None:
         """Kill every process started by an exec into the pod (found by its marker in the
         environment: agents detach into sessions of their own), then drop its files."""
+        main = self._mains.pop(p["metadata"]["uid"], None)
+        if main is not None:
+            main.cancel()
         marker = f"SKYD_FAKE_POD={p['metadata']['uid']}".encode()
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or int(pid) == os.getpid():
@@ -330,6 +374,8 @@ class FakeKube:
                     os.kill(int(pid), signal.SIGKILL)
         await asyncio.sleep(0.05)
         shutil.rmtree(self.sandbox(p), ignore_errors=True)
+        for d in self._emptydirs.pop(p["metadata"]["uid"], {}).values():
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- the scheduler --------------------------------------------------------------------
 
@@ -411,6 +457,8 @@ class FakeKube:
                                             f'failed to resolve reference "docker.io/library/{image}": not found')}}}]
             return
         self.sandbox(p).mkdir(parents=True, exist_ok=True)
+        if p["spec"]["containers"][0].get("command"):
+            self._mains[p["metadata"]["uid"]] = asyncio.ensure_future(self._run_main(p))
         st.update(phase="Running", podIP="127.0.0.1",
                   containerStatuses=[{"name": p["spec"]["containers"][0]["name"], "image": image, "ready": True,
                                       "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}])
@@ -443,80 +491,38 @@ class FakeKube:
             return _status(404, "NotFound", f'services "{name}" not found')
         return web.json_response(s)
 
-    # -- persistentvolumeclaims (core/v1; validation as the API server's for PVC create:
-    # metadata.name a DNS-1123 subdomain, spec.accessModes required and from the enum,
-    # spec.resources.requests.storage required and a quantity) ----------------------------
-
-    _PVC_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
-
-    async def _list_pvcs(self, request: web.Request) -> web.Response:
-        ns, sel = request.match_info["ns"], request.query.get("labelSelector", "")
-        items = [v for (n, _), v in self.pvcs.items()
-                 if n == ns and _match_labels(sel, v["metadata"].get("labels") or {})]
-        return web.json_response({"kind": "PersistentVolumeClaimList", "apiVersion": "v1",
-                                  "metadata": {}, "items": items})
-
-    async def _create_pvc(self, request: web.Request) -> web.Response:
-        import re
-
-        ns = request.match_info["ns"]
-        body = await request.json()
-        name = str((body.get("metadata") or {}).get("name") or "")
-        spec = body.get("spec") or {}
-        modes = spec.get("accessModes") or []
-        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-        if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", name):
-            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: metadata.name')
-        if not modes or any(m not in self._PVC_MODES for m in modes):
-            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes')
-        if not storage or not re.match(r"^[0-9.]+([KMGTPE]i?|k)?$", str(storage)):
-            return _status(422, "Invalid",
-                           f'PersistentVolumeClaim "{name}" is invalid: spec.resources[storage]')
-        if (ns, name) in self.pvcs:
-            return _status(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists')
-        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()),
-                                creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        body["status"] = {"phase": "Pending"}
-        self.pvcs[(ns, name)] = body
-        return web.json_response(body, status=201)
-
-    async def _get_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
-        if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
-        return web.json_response(v)
-
-    async def _patch_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
-        if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
-        if request.content_type not in ("application/strategic-merge-patch+json",
-                                        "application/merge-patch+json"):
-            return _status(415, "UnsupportedMediaType", f"unsupported patch type {request.content_type}")
-        patch = await request.json()
-        labels = v["metadata"].setdefault("labels", {})
-        for k, val in ((patch.get("metadata") or {}).get("labels") or {}).items():
-            if val is None:
-                labels.pop(k, None)
-            else:
-                labels[k] = val
-        return web.json_response(v)
-
-    async def _delete_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.pop((request.match_info["ns"], request.match_info["name"]), None)
-        if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
-        return web.json_response(v)
-
-    def _visible_gpus(self, p: dict[str, Any]) -> str:
+    def _visible_gpus(self, p: dict[str, Any]) -> tuple[str, int, str]:
+        """(card, count, resource key) the device plugin gave the pod, or ("", 0, "")."""
         from skyd.clouds.kubernetes.labels import node_gpus
 
-        node = self.nodes.get(p["spec"].get("nodeName") or "")
+        name = p["spec"].get("nodeName") or ""
+        node = self.nodes.get(name)
         want = self._requests(p)
         for g in node_gpus(node) if node else []:
             if want.get(g.key):
-                return f"{g.accelerator}:{int(want[g.key])}"
-        return ""
+                return self.cards.get(name, g.accelerator), int(want[g.key]), g.key
+        return "", 0, ""
+
+    def _gpu_env(self, p: dict[str, Any], env: dict[str, str]) -> None:
+        """The container's GPU tools on its PATH, as its image and the node's card make them."""
+        from tests.fakes.gpuprofile import CARDS, profile
+
+        card, n, key = self._visible_gpus(p)
+        if not n:
+            return
+        if card not in CARDS:  # a card the profiles do not print: the agent's fake GPUs
+            env["SKYD_FAKE_GPUS"] = f"{card}:{n}"
+            return
+        image = str(p["spec"]["containers"][0]["image"]).lower()
+        d = self.root / "gpus" / p["metadata"]["uid"]
+        tools = profile(d, card, n, rocm="rocm" in image, cuda=key.startswith("nvidia.com/"))
+        if isinstance(tools, dict):
+            for tool, data in tools.items():
+                script = d / "bin" / tool
+                script.parent.mkdir(parents=True, exist_ok=True)
+                script.write_text(f"#!/bin/sh\ncat {data}\n")
+                script.chmod(0o755)
+            env["PATH"] = f"{d / 'bin'}:{env['PATH']}"
 
     # -- exec -----------------------------------------------------------------------------
 
@@ -534,10 +540,8 @@ class FakeKube:
         v5 = ws.ws_protocol == "v5.channel.k8s.io"
         box = self.sandbox(p)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box),
-               "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name}
-        gpus = self._visible_gpus(p)
-        if gpus:  # what the device plugin would make visible in the container
-            env["SKYD_FAKE_GPUS"] = gpus
+               "SKYD_FAKE_POD": p["metadata"]["uid"], "HOSTNAME": name, **self._container_env(p)}
+        self._gpu_env(p, env)  # what the device plugin and the image make visible
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=box, env=env, stdin=asyncio.subprocess.PIPE,

@@ -21,6 +21,7 @@ by /proc and leaves a marker file in the cluster's directory).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from pathlib import Path
@@ -206,6 +207,10 @@ class PreemptibleProvisioner(Provisioner):
 
 class FakePreemptibleCloud(Cloud):
     name = NAME
+    egress_tiers = ((math.inf, 0.10),)
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported: frozenset[str] = frozenset()
 
     def __init__(self, provisioner: PreemptibleProvisioner | None = None) -> None:

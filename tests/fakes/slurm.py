@@ -5,7 +5,12 @@ one temp dir: munged with its own key and socket (``AuthInfo=socket=``), slurmct
 127.0.0.1:CTLD_PORT, two node daemons ``sn1``/``sn2`` (``slurmd -D -N name``, each its own
 ``Port=``, ``%n`` in spool/pid/log paths), fake GPU gres (``gpu:mi300x:2`` per node, ``File=``
 on ``mknod c 1 3`` character devices). Partitions: ``gpu`` (both nodes, default) and ``cpu``
-(``sn2``). The login host is an sshd on LOGIN_HOST:SSH_PORT for the user ``skydslurm`` (its
+(``sn2``), and ``nodriver`` (``sn3``: the same gres declared, but no GPU driver installed).
+
+A node shows its GPUs the way a real one does: its tasks get, through slurm.conf's
+``TaskProlog``, a PATH with a fake ``amd-smi`` that prints every GPU its gres declares (2
+MI300X, ROCm 6 ``static --json`` form), whatever ROCR_VISIBLE_DEVICES says, as the real tool
+does; ``sn3`` has no such tool, so its tasks see no GPU at all. The login host is an sshd on LOGIN_HOST:SSH_PORT for the user ``skydslurm`` (its
 own user, so nothing here touches other tests' users), with ``SetEnv SLURM_CONF=...``.
 Jobs run as that user; its home is the "shared file system" of both nodes.
 """
@@ -26,7 +31,9 @@ USER = "skydslurm"
 LOGIN_HOST = "127.0.0.27"
 SSH_PORT = 2251
 CTLD_PORT = 2252
-NODE_PORTS = {"sn1": 2253, "sn2": 2254}
+NODE_PORTS = {"sn1": 2253, "sn2": 2254, "sn3": 2255}
+#: the nodes whose GPU driver (and amd-smi) is installed; sn3's gres has none behind it
+DRIVER_NODES = ("sn1", "sn2")
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch",
             "/usr/sbin/sshd")  # fmt: skip
 
@@ -130,6 +137,24 @@ class SlurmFixture:
                 os.mknod(p, 0o666 | 0o020000, os.makedev(1, 3))
         for d in ("state", "spool", "log"):
             (r / d).mkdir(exist_ok=True)
+        from tests.fakes.gpuprofile import profile
+
+        for n in DRIVER_NODES:  # each node's GPU tools, on its tasks' PATH (TaskProlog)
+            tools = profile(r / "nodes" / n / "gpu", "MI300X", 2, rocm=True, cuda=False)
+            assert isinstance(tools, dict)
+            for tool, data in tools.items():
+                script = r / "nodes" / n / "bin" / tool
+                script.parent.mkdir(parents=True, exist_ok=True)
+                script.write_text(f"#!/bin/sh\ncat {data}\n")
+                script.chmod(0o755)
+        for d in [r / "nodes", *(r / "nodes").iterdir()]:
+            os.chmod(d, 0o755)
+            for sub in d.iterdir():
+                os.chmod(sub, 0o755)
+        prolog = r / "taskprolog.sh"
+        prolog.write_text(f'#!/bin/sh\nd={r}/nodes/"$SLURMD_NODENAME"/bin\n'
+                          '[ -d "$d" ] && echo "export PATH=$d:$PATH"\nexit 0\n')
+        prolog.chmod(0o755)
         host = socket.gethostname()
         nodes = "".join(
             f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={host} Port={p} CPUs=2 "
@@ -150,12 +175,14 @@ class SlurmFixture:
             "AccountingStorageType=accounting_storage/none\nJobCompType=jobcomp/none\n"
             "JobAcctGatherType=jobacct_gather/none\nSlurmctldTimeout=30\nSlurmdTimeout=30\n"
             "InactiveLimit=0\nKillWait=2\nMessageTimeout=10\nSwitchType=switch/none\n"
+            f"TaskProlog={prolog}\n"
             + nodes
             + "PartitionName=gpu Nodes=sn1,sn2 Default=YES MaxTime=INFINITE State=UP\n"
             + "PartitionName=cpu Nodes=sn2 MaxTime=INFINITE State=UP\n"
+            + "PartitionName=nodriver Nodes=sn3 MaxTime=INFINITE State=UP\n"
         )
         (r / "gres.conf").write_text(
-            f"NodeName=sn1,sn2 Name=gpu Type=mi300x File={dev}/gpu[0-1] Flags=amd_gpu_env\n"
+            f"NodeName=sn1,sn2,sn3 Name=gpu Type=mi300x File={dev}/gpu[0-1] Flags=amd_gpu_env\n"
         )
         for n in NODE_PORTS:
             (r / "spool" / n).mkdir(exist_ok=True)
@@ -232,7 +259,7 @@ class SlurmFixture:
             self.cancel_all()
         except Exception:  # noqa: BLE001 - tear down regardless
             pass
-        for name in ("sshd", "sn1", "sn2", "slurmctld", "munged"):
+        for name in ("sshd", *NODE_PORTS, "slurmctld", "munged"):
             p = self.procs.get(name)
             if p is None or p.poll() is not None:
                 continue

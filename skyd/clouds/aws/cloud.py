@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 
 from skyd.clouds.aws.provisioner import AWSProvisioner
 from skyd.clouds.base import Cloud
@@ -37,6 +38,11 @@ def known_regions() -> frozenset[str]:
 
 class AWSCloud(Cloud):
     name = "aws"
+    # internet egress: $0.09 / $0.085 / $0.07 / $0.05 per GB over 10 / 40 / 100 TB steps (SkyPilot)
+    egress_tiers = ((10 * 1024, 0.09), (50 * 1024, 0.085), (150 * 1024, 0.07), (math.inf, 0.05))
+    inter_region_per_gb = 0.02
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"bucket_mounts"})
     config_keys = frozenset({
         "aws.vpc_name", "aws.use_internal_ips", "aws.labels", "aws.security_group_name",

@@ -26,6 +26,7 @@ import anyio
 
 from skyd import paths
 from skyd.errors import ResourcesUnavailableError
+from skyd.models.accelerators import get_accelerator_info, lookup_accelerator
 
 CACHE_TTL_S = 86400.0
 CANONICAL = "099720109477"
@@ -51,14 +52,16 @@ _LOOKUP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] 
 
 
 def vendor_of(accelerator: str | None) -> str:
+    """Which image family an instance of this accelerator boots: "nvidia", "amd", or "cpu"
+    (no accelerator, or AWS Inferentia/Trainium and Intel Gaudi, which carry their own
+    runtimes). The vendor is the accelerator registry's (the one place GPU names are read);
+    a name it does not know is taken as an NVIDIA card (most of EC2's GPU types)."""
     if not accelerator:
         return "cpu"
-    a = accelerator.upper()
-    if a.startswith(("MI", "RADEON")) or "V520" in a or "AMD" in a:
-        return "amd"
-    if a.startswith(("INFERENTIA", "TRAINIUM", "GAUDI")):
-        return "cpu"
-    return "nvidia"
+    info = get_accelerator_info(lookup_accelerator(accelerator) or accelerator)
+    if info is None:
+        return "nvidia"
+    return info.vendor if info.vendor in ("nvidia", "amd") else "cpu"
 
 
 def ssh_user(image: dict[str, Any]) -> str:

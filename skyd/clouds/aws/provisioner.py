@@ -32,6 +32,7 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
+from skyd.clouds.vm import nodes
 from skyd.errors import ClusterStateError, ResourcesUnavailableError, SkydError
 from skyd.transports import agent_deploy, container
 from skyd.transports.agent_deploy import AgentSite, agent_zipapp
@@ -387,8 +388,8 @@ class AWSProvisioner(Provisioner):
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._drop_transports(handle.nodes)
         ids = await self._remove(str(handle.region), handle.cluster_tag)
-        names = {_kh_name(n.ssh["host"], int(n.ssh.get("port") or 22)) for n in handle.nodes if n.ssh}
-        await anyio.to_thread.run_sync(_forget_host_keys, names)
+        await nodes.forget_host_keys([(str(n.ssh["host"]), int(n.ssh.get("port") or 22))
+                                      for n in handle.nodes if n.ssh])
         log(f"Terminated {len(ids)} instance(s) of {handle.cluster_name}; removed its security group and key pair")
 
     async def forget(self, partial: PartialHandle) -> None:
@@ -450,27 +451,6 @@ class AWSProvisioner(Provisioner):
                 pass
         self._transports.clear()
         await self.clients.close()
-
-
-def _kh_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
-
-
-def _forget_host_keys(names: set[str]) -> None:
-    """Drop the terminated nodes' lines from skyd's known_hosts: EC2 hands their addresses
-    to other instances (with other host keys) later, which trust-on-first-use must accept."""
-    from skyd.transports.ssh import known_hosts_path
-
-    path = known_hosts_path()
-    try:
-        lines = path.read_text().splitlines(keepends=True)
-    except OSError:
-        return
-    keep = [ln for ln in lines if not set(ln.split(" ", 1)[0].split(",")) & names]
-    if len(keep) != len(lines):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(keep))
-        os.replace(tmp, path)
 
 
 def _site(node: NodeHandle, cluster: str) -> AgentSite:

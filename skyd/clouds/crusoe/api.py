@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 import anyio
 
 from skyd.clouds.crusoe.config import HINT, Keys, api_url
-from skyd.clouds.neocloud.rest import APIError, RestClient
+from skyd.clouds.neocloud.http import APIError, JSONClient
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 SIG_VERSION = "1.0"
@@ -59,19 +59,21 @@ class CrusoeAPI:
         self.keys = keys
         base = api_url()
         self._prefix = urlparse(base).path.rstrip("/")
-        self.rest = RestClient(base, self._headers)
+        self.rest = JSONClient("crusoe", base, lambda: {"Content-Type": "application/json"},
+                               sign=self._sign)
         self.project_id = keys.project_id
 
-    def _headers(self, method: str, path: str, query: Mapping[str, str]) -> dict[str, str]:
+    def _sign(self, method: str, path: str, query: Mapping[str, str]) -> dict[str, str]:
         ts = timestamp()
         sig = signature(self.keys.secret_key, self._prefix + path, query, method, ts)
-        return {"X-Crusoe-Timestamp": ts, "Content-Type": "application/json",
+        return {"X-Crusoe-Timestamp": ts,
                 "Authorization": f"Bearer {SIG_VERSION}:{self.keys.access_key}:{sig}"}
 
     async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
                    body: Any = None) -> Any:
         try:
-            return await self.rest.call(method, path, params=params, body=body)
+            data = await self.rest.request(method, path, params=params, json=body)
+            return data if data is not None else {}
         except APIError as e:
             if e.status in (401, 403):
                 raise CredentialsError(f"Crusoe refused the keys from {self.keys.source} ({e})",
@@ -120,8 +122,8 @@ class CrusoeAPI:
             op = dict(await self.vm("GET", f"/instances/operations/{op['operation_id']}"))
         if op.get("state") != "SUCCEEDED":
             res = op.get("result") or {}
-            raise OperationFailed(400, str(res.get("code") or op.get("state") or ""),
-                                  str(res.get("message") or res))
+            raise OperationFailed("crusoe", 400, str(res.get("message") or res),
+                                  code=str(res.get("code") or op.get("state") or ""))
         return op
 
     async def close(self) -> None:

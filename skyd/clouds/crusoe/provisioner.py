@@ -1,6 +1,6 @@
 """CrusoeProvisioner: VMs for a cluster, named ``<tag>-<rank>`` (found again by name), each
 created as an operation that is polled, on the shared one-machine-per-node flow
-(skyd.clouds.neocloud.vmprov).
+(skyd.clouds.vm.provisioner).
 
 A create whose operation is still running when the daemon dies makes its VM later; so
 `provision` and `forget` first wait (up to OP_WAIT_S) until no instance operation that may
@@ -20,9 +20,9 @@ import anyio
 from skyd.clouds.base import ClusterHandle, LogFn, PartialHandle, ProvisionRequest
 from skyd.clouds.crusoe import config
 from skyd.clouds.crusoe.api import CrusoeAPI, classify
+from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.neocloud.names import plain_name
-from skyd.clouds.neocloud.rest import APIError
-from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
+from skyd.clouds.vm.provisioner import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
 from skyd.errors import CredentialsError, FailoverScope, ResourcesUnavailableError, SkydError
 
 SSH_USER = "ubuntu"

@@ -2,6 +2,6 @@
 droplets over the DigitalOcean REST API v2 (aiohttp). AMD Developer Cloud serves the same
 API at another base URL, so both names share this package; see docs/neoclouds-do-crusoe.md.
 
-``rest.py`` (a JSON client that honours Retry-After) and ``sizes.py`` (size slugs -> GPU
-counts) are used by the ``crusoe`` provider too.
+HTTP goes through the one neocloud client (``skyd.clouds.neocloud.http``); ``sizes.py``
+reads size slugs into GPU counts.
 """

@@ -20,8 +20,8 @@ import re
 from typing import Any
 
 from skyd.clouds.do.config import Flavor, Token, api_url
+from skyd.clouds.neocloud.http import APIError, JSONClient
 from skyd.clouds.neocloud.names import plain_name
-from skyd.clouds.neocloud.rest import APIError, RestClient
 from skyd.errors import CredentialsError, ResourcesUnavailableError, SkydError
 
 CLUSTER_TAG_PREFIX = "skyd-cluster:"
@@ -59,12 +59,13 @@ class DOAPI:
         self.flavor = flavor
         self.token = token
         auth = {"Authorization": f"Bearer {token.value}", "Content-Type": "application/json"}
-        self.rest = RestClient(api_url(flavor), lambda m, p, q: dict(auth))
+        self.rest = JSONClient(flavor.name, api_url(flavor), lambda: auth)
 
     async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
                    body: Any = None) -> Any:
         try:
-            return await self.rest.call(method, "/v2" + path, params=params, body=body)
+            data = await self.rest.request(method, "/v2" + path, params=params, json=body)
+            return data if data is not None else {}
         except APIError as e:
             if e.status in (401, 403):
                 raise self.refused(e) from None

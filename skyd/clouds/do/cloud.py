@@ -3,16 +3,37 @@
 
 from __future__ import annotations
 
-from skyd.clouds.base import Cloud
+import math
+
+from skyd.clouds.base import Cloud, GpuIds
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.do import catalog, config
 from skyd.clouds.do.provisioner import DOProvisioner
 from skyd.clouds.neocloud.check import api_check
-from skyd.clouds.neocloud.rest import APIError
+from skyd.clouds.neocloud.http import APIError
+
+#: this provider's GPU ids (read by skyd.clouds.gpunames), from
+#: ``gpu_info.model`` of ``GET /v2/sizes`` (``amd_mi300x``, DO's docs); AMD Developer
+#: Cloud is the same API.
+GPU_IDS: GpuIds = (
+    ("MI300X", "amd_mi300x", ("mi300x",)),
+    ("MI325X", "amd_mi325x", ("mi325x",)),
+    ("MI350X", "amd_mi350x", ("mi350x",)),
+    ("MI355X", "amd_mi355x", ("mi355x",)),
+    ("H100", "nvidia_h100", ("h100",)),
+    ("H200", "nvidia_h200", ("h200",)),
+    ("L40S", "nvidia_l40s", ("l40s",)),
+    ("RTX4000-Ada", "nvidia_rtx_4000_ada", ("rtx4000",)),
+    ("RTX6000-Ada", "nvidia_rtx_6000_ada", ("rtx6000",)),
+)
 
 
 class DOCloud(Cloud):
     name = "do"
+    egress_tiers = ((math.inf, 0.01),)  # DigitalOcean
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = GPU_IDS
     flavor = config.DO
     # no spot GPU droplets; the size fixes the disk; no bucket mounts
     unsupported = frozenset({"spot", "disk_size", "bucket_mounts"})

@@ -1,5 +1,5 @@
 """DOProvisioner: GPU droplets for a cluster, found by their ``skyd-cluster:<tag>`` tag, on
-the shared one-machine-per-node flow (skyd.clouds.neocloud.vmprov). Serves ``do`` and
+the shared one-machine-per-node flow (skyd.clouds.vm.provisioner). Serves ``do`` and
 ``amddevcloud`` (the same API at another base URL).
 
 Droplets are created one by one (a refusal stops before more are made), named
@@ -18,8 +18,8 @@ from skyd.clouds.base import ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.do import config
 from skyd.clouds.do.api import DOAPI, classify, cluster_tag, droplet_name, label_tags
 from skyd.clouds.do.sizes import is_amd
-from skyd.clouds.neocloud.rest import APIError
-from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
+from skyd.clouds.neocloud.http import APIError
+from skyd.clouds.vm.provisioner import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner
 from skyd.errors import CredentialsError, FailoverScope, SkydError
 
 SSH_USER = "root"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import aiohttp
 
 from skyd.clouds.base import Cloud
+from skyd.clouds.gcp import catalog, instances
 from skyd.clouds.gcp.api import GCEError
 from skyd.clouds.gcp.provisioner import GCPProvisioner
 from skyd.errors import CredentialsError
@@ -12,6 +15,11 @@ from skyd.errors import CredentialsError
 
 class GCPCloud(Cloud):
     name = "gcp"
+    egress_tiers = ((math.inf, 0.12),)
+    inter_region_per_gb = 0.02
+    minimum_billing_minutes = 0.0
+    gpu_ids = instances.GPU_IDS
+    catalog_split_rows = catalog.SPLIT_ROWS  # GPU-only catalog rows paired with host types
     unsupported = frozenset({"bucket_mounts"})
     config_keys = frozenset({"gcp.vpc_name", "gcp.use_internal_ips", "gcp.labels",
                              "gcp.project_id", "gcp.network", "gcp.ssh_user", "gcp.ssh_port"})

@@ -38,6 +38,7 @@ from skyd.clouds.base import (
     NODE_STOPPED,
     NODE_TERMINATED,
     NODE_UNKNOWN,
+    GpuIds,
     ProvisionRequest,
 )
 
@@ -45,12 +46,16 @@ CLUSTER_LABEL = "skyd-cluster"
 RANK_LABEL = "skyd-rank"
 DEFAULT_DISK_GB = 256
 #: skyd accelerator name -> GCE acceleratorType (attached to n1 machines).
-ACCELERATOR_TYPES = {
-    "T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "P100": "nvidia-tesla-p100",
-    "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80", "L4": "nvidia-l4",
-    "A100": "nvidia-tesla-a100", "A100-80GB": "nvidia-a100-80gb", "H100": "nvidia-h100-80gb",
-    "H100-MEGA": "nvidia-h100-mega-80gb", "H200": "nvidia-h200-141gb", "B200": "nvidia-b200",
-}
+#: GCP's accelerator type ids (the provider's `gpu_ids` fact: GCPCloud.gpu_ids).
+GPU_IDS: GpuIds = (
+    ("T4", "nvidia-tesla-t4", ()), ("V100", "nvidia-tesla-v100", ()),
+    ("P100", "nvidia-tesla-p100", ()), ("P4", "nvidia-tesla-p4", ()),
+    ("K80", "nvidia-tesla-k80", ()), ("L4", "nvidia-l4", ()),
+    ("A100", "nvidia-tesla-a100", ()), ("A100-80GB", "nvidia-a100-80gb", ()),
+    ("H100", "nvidia-h100-80gb", ()), ("H100-MEGA", "nvidia-h100-mega-80gb", ()),
+    ("H200", "nvidia-h200-141gb", ()), ("B200", "nvidia-b200", ()),
+)
+_ACCELERATOR_TYPE = {canon: pid for canon, pid, _ in GPU_IDS}
 #: machine families whose GPUs come with the machine type (no guestAccelerators).
 ACCELERATOR_OPTIMIZED = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
 #: machine series whose VMs attach Hyperdisk only (Compute Engine docs, "Machine series
@@ -177,7 +182,7 @@ def instance_body(req: ProvisionRequest, rank: int, zone: str, *, ssh_user: str,
     if gpu and not itype.startswith(ACCELERATOR_OPTIMIZED):
         acc = str(off.accelerator)
         body["guestAccelerators"] = [{
-            "acceleratorType": f"zones/{zone}/acceleratorTypes/{ACCELERATOR_TYPES.get(acc, acc.lower())}",
+            "acceleratorType": f"zones/{zone}/acceleratorTypes/{_ACCELERATOR_TYPE.get(acc, acc.lower())}",
             "acceleratorCount": int(off.accelerator_count),
         }]
     if has_gpu(req):

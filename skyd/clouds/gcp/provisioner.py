@@ -19,10 +19,11 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
-from skyd.clouds.gcp import config, instances, nodes, oslogin
+from skyd.clouds.gcp import config, instances, oslogin
 from skyd.clouds.gcp.api import ComputeAPI, GCEError
 from skyd.clouds.gcp.classify import classify
 from skyd.clouds.ssh.provisioner import SSHProvisioner
+from skyd.clouds.vm import nodes
 from skyd.errors import CredentialsError, ResourcesUnavailableError
 from skyd.transports.agent_deploy import agent_zipapp, gather
 

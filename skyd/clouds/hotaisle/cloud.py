@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from skyd.clouds.base import Cloud
+import math
+
+from skyd.clouds.base import Cloud, GpuIds
 from skyd.clouds.catalog_refresh import register_catalog_fetcher
 from skyd.clouds.hotaisle.provisioner import HotAisleProvisioner
 from skyd.clouds.neocloud.check import api_check
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.offering import Offering
 
+#: this provider's GPU ids (read by skyd.clouds.gpunames), from
+#: ``Specs.gpus[].model`` of ``GET /teams/{team}/virtual_machines/available``.
+GPU_IDS: GpuIds = (
+    ("MI300X", "MI300X", ()),
+    ("MI325X", "MI325X", ()),
+    ("MI355X", "MI355X", ()),
+)
+
 
 class HotAisleCloud(Cloud):
     name = "hotaisle"
+    egress_tiers = ((math.inf, 0.0),)
+    inter_region_per_gb = None
+    minimum_billing_minutes = 60.0  # MinimumReservationMinutes of its offers (60 for its MI300X VMs)
+    gpu_ids = GPU_IDS
     unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "labels", "bucket_mounts"})
     check_ttl_s = 600.0
 

@@ -29,7 +29,7 @@ from skyd.clouds.neocloud import settings
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.gpus import canonical_gpu
 from skyd.clouds.neocloud.http import APIError
-from skyd.clouds.neocloud.vmprov import (
+from skyd.clouds.vm.provisioner import (
     FAILED,
     PENDING,
     RUNNING,

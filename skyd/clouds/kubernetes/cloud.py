@@ -7,6 +7,7 @@ that node's CPUs and memory; CPU-only shapes up to the largest node. Prices are 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -66,6 +67,10 @@ def offerings_for(ctx: str, nodes: list[inventory.Node], allow_spot: bool = True
 
 class KubernetesCloud(Cloud):
     name = NAME
+    egress_tiers = ((math.inf, 0.0),)  # the user's cluster: no per-GB price skyd knows
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"disk_size", "bucket_mounts"})
     native_containers = True  # docker:<img> is the pod's image
     config_keys = frozenset({

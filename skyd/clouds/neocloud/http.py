@@ -1,6 +1,9 @@
-"""A small JSON client over aiohttp for provider REST/GraphQL APIs.
+"""The one JSON client over aiohttp for provider REST/GraphQL APIs.
 
-`JSONClient.request` sends one call and returns the decoded JSON. 429 and 503 answers are
+`JSONClient.request` sends one call and returns the decoded JSON. Authentication plugs in
+as ``headers()`` (a key in a header, read per request so a rotated key is picked up) and,
+for APIs that sign each request (Crusoe's HMAC), ``sign(method, path, query)`` whose
+headers are added to those. 429 and 503 answers are
 retried after the server's ``Retry-After`` (seconds or an HTTP date; a default backoff when
 absent), at most `max_retries` times and never waiting longer than `max_wait_s` in one go;
 then, and for every other status >= 400, `APIError` is raised with the status, the
@@ -85,15 +88,22 @@ def base_url(env: str, default: str) -> str:
     return (os.environ.get(env) or default).rstrip("/")
 
 
+#: A request signer: (METHOD, path as passed to `request`, query) -> headers to add.
+SignFn = Callable[[str, str, Mapping[str, str]], Mapping[str, str]]
+
+
 class JSONClient:
     """One provider API: ``base`` URL, auth headers from ``headers()`` (called per request,
-    so a rotated key is picked up), retries on 429/503 with Retry-After."""
+    so a rotated key is picked up) plus those of ``sign`` (per request, for signed APIs),
+    retries on 429/503 with Retry-After."""
 
     def __init__(self, provider: str, base: str, headers: Callable[[], Mapping[str, str]], *,
-                 timeout_s: float = 60.0, max_retries: int = 4, max_wait_s: float = 30.0) -> None:
+                 sign: SignFn | None = None, timeout_s: float = 60.0, max_retries: int = 4,
+                 max_wait_s: float = 30.0) -> None:
         self.provider = provider
         self.base = base.rstrip("/")
         self._headers = headers
+        self._sign = sign
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.max_wait_s = max_wait_s
@@ -117,8 +127,11 @@ class JSONClient:
         attempt = 0
         while True:
             self.calls += 1
-            async with session.request(method, url, json=json, params=params,
-                                       headers=dict(self._headers())) as r:
+            headers = dict(self._headers())
+            if self._sign is not None:  # signed anew on every try (a timestamp is in it)
+                headers.update(self._sign(method, path, dict(params or {})))
+            async with session.request(method, url, json=json, params=params or None,
+                                       headers=headers) as r:
                 text = await r.text()
                 retry_after = parse_retry_after(r.headers.get("Retry-After"))
                 status = r.status

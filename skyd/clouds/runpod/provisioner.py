@@ -31,9 +31,9 @@ from skyd.clouds.base import (
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.gpus import provider_gpu_id
 from skyd.clouds.neocloud.http import APIError
-from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.clouds.runpod.api import KEY_HINT, RunPodAPI, find_key
 from skyd.clouds.runpod.startcmd import docker_args
+from skyd.clouds.vm.provisioner import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.errors import ClusterStateError, CredentialsError, ResourcesUnavailableError, SkydError
 from skyd.models.accelerators import get_accelerator_info
 

@@ -9,6 +9,7 @@ cache (and probes on demand from its worker thread when there is none).
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,10 @@ def offerings_from(facts: dict[str, Any]) -> list[Offering]:
 
 class SlurmCloud(Cloud):
     name = "slurm"
+    egress_tiers = ((math.inf, 0.0),)  # the user's own cluster
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"spot", "ports", "disk_size", "image_id", "docker_image", "labels"})
     config_keys = frozenset({"slurm.sbatch_options", "slurm.clusters"})
     check_ttl_s = 300.0

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     NODE_PENDING,
     NODE_PREEMPTED,
@@ -149,8 +150,7 @@ class SlurmProvisioner(Provisioner):
             for name, data in (await anyio.to_thread.run_sync(agent_credentials, token)).items():
                 await t.write_file(posixpath.join(jobdir, name), data, mode=0o600)
             await t.write_file(posixpath.join(jobdir, "node.sh"), scripts.node_script(
-                base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha,
-                accelerator=req.offering.accelerator).encode(), mode=0o700)
+                base=base, tag=tag, cluster=req.cluster_name, pyz=pyz, sha=sha).encode(), mode=0o700)
             gres = None
             off = req.offering
             if off.accelerator and off.accelerator_count:
@@ -191,7 +191,11 @@ class SlurmProvisioner(Provisioner):
             accelerators={off.accelerator: off.accelerator_count} if off.accelerator else {},
             num_nodes=req.num_nodes, hourly_cost=0.0, nodes=nodes, token=token,
             cpus=off.vcpus or None, memory_gib=off.memory_gib or None,
-            extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base}, tag=tag,
+            extra={"job_id": job_id, "slurm_cluster": cl.name, "base": base, gpucheck.MACHINES: (
+                f"Slurm cluster {cl.name}, partition {partition or '(default)'}, node(s) "
+                + ", ".join(str(nh.extra["slurm_node"]) for nh in nodes)
+                + " (what the driver installed there shows)")},
+            tag=tag,
         )
 
     async def _wait_running(self, t: SSHTransport, tag: str, job_id: str, log: LogFn,

@@ -69,15 +69,14 @@ print("removed")
 """
 
 
-def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str, accelerator: str | None = None) -> str:
+def node_script(*, base: str, tag: str, cluster: str, pyz: str, sha: str) -> str:
     """Run on every allocated node by the job's srun step: the agent, in the foreground (so
     Slurm's process tracking sees it and everything it starts). The agent schedules on what
-    Slurm allocated on the node: ``$SLURM_CPUS_ON_NODE`` CPUs and ``$SLURM_GPUS_ON_NODE`` GPUs
-    of ``accelerator`` (devices renumbered 0..n-1 as the job sees them)."""
-    gpus = ""
-    if accelerator:
-        gpus = f'[ -n "${{SLURM_GPUS_ON_NODE:-}}" ] && res+=(--gpus {q(accelerator)}:"$SLURM_GPUS_ON_NODE")\n'
-
+    Slurm allocated on the node: ``$SLURM_CPUS_ON_NODE`` CPUs, and the GPUs its own detection
+    finds (nvidia-smi / amd-smi / rocm-smi on the node) narrowed to the devices the gres
+    allocation made visible (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, see
+    ``skyd.nodeagent.gpu.restrict_visible``): a node whose driver shows no GPU reports none,
+    and the GPU check (``skyd.clouds.gpucheck``) fails the launch naming the partition."""
     return f"""#!/bin/bash
 set -e
 nd={q(base)}/nodes/{q(tag)}-"$SLURM_NODEID"
@@ -94,9 +93,15 @@ if [ -n "${{ROCR_VISIBLE_DEVICES:-}}" ] && [ -z "${{HIP_VISIBLE_DEVICES:-}}" ]; 
   n=$(echo "$ROCR_VISIBLE_DEVICES" | tr ',' '\\n' | grep -c .)
   export HIP_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))
 fi
+# An allocation with no GPU on this node: the node's GPUs are not the agent's (nor its jobs').
+if [ "${{SLURM_GPUS_ON_NODE:-0}}" = 0 ]; then
+  for v in CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES; do
+    [ -n "${{!v+x}}" ] || export "$v="
+  done
+fi
 res=()
 [ -n "${{SLURM_CPUS_ON_NODE:-}}" ] && res+=(--cpus "$SLURM_CPUS_ON_NODE")
-{gpus}cd "$nd"
+cd "$nd"
 exec python3 {q(pyz)} --home "$nd" --listen "$addr:0" \\
   --node-rank "$SLURM_NODEID" --cluster {q(cluster)} "${{res[@]}}" >> "$nd/agent.log" 2>&1
 """

@@ -18,6 +18,7 @@ a bare "not offered".
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -35,6 +36,10 @@ NEGATIVE_TTL_S = 30.0
 
 class SSHCloud(Cloud):
     name = "ssh"
+    egress_tiers = ((math.inf, 0.0),)  # the user's own hosts
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"spot", "image_id"})
     config_keys = frozenset({"ssh.allowed_node_pools"})
     check_ttl_s = 0.0  # the check only reads the pools file: asked again on every plan

@@ -22,7 +22,7 @@ from skyd.clouds.base import ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.neocloud import settings
 from skyd.clouds.neocloud.classify import classify
 from skyd.clouds.neocloud.http import APIError
-from skyd.clouds.neocloud.vmprov import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
+from skyd.clouds.vm.provisioner import FAILED, PENDING, RUNNING, STOPPED, VM, VMProvisioner, of_tag
 from skyd.clouds.vultr import rocm
 from skyd.clouds.vultr.api import KEY_HINT, VultrAPI, find_key
 from skyd.errors import CredentialsError, SkydError

@@ -10,6 +10,7 @@ loopback (tests never connect anywhere else).
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from typing import Any
 from urllib.parse import urlparse
@@ -192,6 +193,10 @@ class TestCloud(Cloud):
     __test__ = False
 
     name = NAME
+    egress_tiers = ((math.inf, 0.10),)
+    inter_region_per_gb = None
+    minimum_billing_minutes = 0.0
+    gpu_ids = ()
     unsupported = frozenset({"spot", "bucket_mounts"})
     check_ttl_s = 300.0
 

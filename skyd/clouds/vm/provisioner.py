@@ -6,7 +6,7 @@ A subclass says how to list the cluster's machines (by name: every machine is na
 received), create one, delete one, and optionally stop/start one; this base does the rest
 the same way for every such provider: find again what exists, delete stale machines, create
 the missing ones, poll until each runs with an address, forget the old host keys of new
-addresses, deploy the node agent over SSH (skyd.clouds.gcp.nodes), confirm the GPUs the agent
+addresses, deploy the node agent over SSH (skyd.clouds.vm.nodes), confirm the GPUs the agent
 detected, and tear down by tag.
 """
 
@@ -36,9 +36,9 @@ from skyd.clouds.base import (
     Provisioner,
     ProvisionRequest,
 )
-from skyd.clouds.gcp import nodes
 from skyd.clouds.neocloud.http import APIError
 from skyd.clouds.ssh.provisioner import SSHProvisioner
+from skyd.clouds.vm import nodes
 from skyd.errors import (
     ClusterStateError,
     CredentialsError,

@@ -150,7 +150,8 @@ async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:
             lines = p.read_text().splitlines(keepends=True)
         except OSError:
             return
-        keep = [ln for ln in lines if ln.split(" ", 1)[0] not in names]
+        # a line may name several hosts ("host1,[host2]:2222 ssh-ed25519 ...")
+        keep = [ln for ln in lines if not set(ln.split(" ", 1)[0].split(",")) & names]
         if len(keep) != len(lines):
             tmp = p.with_name(f".{p.name}.{os.getpid()}")
             tmp.write_text("".join(keep))
