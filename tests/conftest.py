@@ -128,3 +128,52 @@ def no_traffic_out(network_guard: Path) -> Iterator[None]:
         f.seek(size)
         sub = f.read()
     assert not new and not sub, f"connections outside 127.0.0.0/8: {new} {sub}"
+
+
+# -- running in parallel (pytest -n N, pytest-xdist with --dist loadgroup) ----------------------
+
+# Modules that use one of these machine-wide resources run on the same worker, one after
+# another: the Unix test users (real_sshd wipes and pkills its user), the Slurm daemons
+# (tests/fakes/slurm.py listens on fixed ports).
+_SHARED_RESOURCES = {
+    "unix-users": ("real_sshd", "skydtest", "skydremote", "skydprobe", "skyd-squat", "fakes.sshd",
+                   "fakes import sshd"),
+    "slurm": ("fakes.slurm", "fakes import slurm"),  # one controller on fixed ports
+}
+
+
+def _group_of(module: object) -> str:
+    path = getattr(module, "__file__", None)
+    try:
+        text = Path(path).read_text() if path else ""
+    except OSError:
+        text = ""
+    for group, needles in _SHARED_RESOURCES.items():
+        if any(n in text for n in needles):
+            return group
+    return getattr(module, "__name__", "tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist every test carries a group: its module (module fixtures are set up once,
+    on one worker) or the shared resource its module uses."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    groups: dict[object, str] = {}
+    for item in items:
+        mod = getattr(item, "module", None)
+        if mod not in groups:
+            groups[mod] = _group_of(mod)
+        item.add_marker(pytest.mark.xdist_group(groups[mod]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_local_net() -> Iterator[None]:
+    """Each xdist worker hands out `local` node addresses from its own loopback range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKYD_LOCAL_NET", f"127.{100 + int(worker[2:])}.0.0/16")
+        yield
