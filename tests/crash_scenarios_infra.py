@@ -43,9 +43,14 @@ class FakeInfra:
         """Every machine is terminated on the fake (leftovers() is checked apart): what ran on
         the fake hosts standing for them ends, as it would with a VM."""
         if self.hosts_root is not None and not self.leftovers():
-            from tests.fakes.preemptible import _kill_all
+            import time
+
+            from tests.fakes.preemptible import _kill_all, _procs_under
 
             _kill_all(self.hosts_root)
+            deadline = time.monotonic() + 10
+            while _procs_under(self.hosts_root) and time.monotonic() < deadline:
+                time.sleep(0.05)  # SIGKILL-ed: gone in a moment
 
 
 def _launches(t: Trial, c: Any, infra: str, *, n: int = 2, max_nodes: int = 2,

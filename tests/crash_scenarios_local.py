@@ -10,6 +10,8 @@ tests/crash_harness.py; no tests in here):
 - ``replica_replace``: a READY replica's node dies (its processes kill -9-ed) and the daemon
   is killed while the controller replaces it -> 2 READY replicas again, the preempted one's cluster gone;
 - ``pool``: `jobs pool apply` of 2 workers then `jobs pool down` -> the pool gone;
+- ``pool_resize``: a pool of 2 re-applied with 1 or 3 workers -> exactly that many READY
+  workers, each with its cluster, and no other cluster;
 - ``down_all``: `down -a` of 3 clusters -> no cluster left;
 - ``gang_fake``: 2-node gang launches on the fake preemptible cloud -> as ``launches``;
 - ``gang_agents``: a 2-node gang job running, both nodes' agents kill -9-ed, then the daemon
@@ -204,6 +206,42 @@ def pool(t: Trial, c: Any) -> None:
         rid = c.submit("jobs.pool_down", {"names": ["p1"], "all": False})
         t.finish(c, rid, "pool down (again)")
     t.wait(lambda: not c.get("/v1/pools"), "pool still there")
+
+
+def _pool_workers(t: Trial, pool: str) -> list[tuple[str, str]]:
+    """(cluster, status) of the pool's worker rows, as the daemon persisted them."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{t.home / 'state.db'}?mode=ro", uri=True)
+    try:
+        return sorted(con.execute("SELECT cluster, status FROM job_pool_workers WHERE pool=?",
+                                  (pool,)).fetchall())
+    finally:
+        con.close()
+
+
+@scenario("pool_resize")
+def pool_resize(t: Trial, c: Any) -> None:
+    """A pool of 2 workers resized (re-applied) to 1 or 3 through 1-2 kills."""
+    def apply(n: int) -> str:
+        text = f"pool:\n  workers: {n}\nresources:\n  infra: local\nsetup: echo worker-setup\n"
+        return str(c.submit("jobs.pool_apply", {**_src(yaml_text=text), "name": "pr", "env": {}}))
+
+    t.finish(c, apply(2), "pool apply")
+    n = t.rng.choice([1, 3])
+    rid = apply(n)
+    t.kills(c, window=2.5)
+    if t.finish(c, rid, "pool resize") != "SUCCEEDED":  # interrupted: the user applies again
+        t.finish(c, apply(n), "pool resize (again)")
+
+    def settled() -> bool:
+        rows = _pool_workers(t, "pr")
+        up = {x["name"] for x in c.get("/v1/status")}
+        return (len(rows) == n and all(s == "READY" for _, s in rows)
+                and {cl for cl, _ in rows} <= up and len(up) == n)
+
+    t.wait(settled, f"pool not resized to {n}: {_pool_workers(t, 'pr')}, "
+                    f"clusters {[x['name'] for x in c.get('/v1/status')]}")
 
 
 @scenario("down_all")

@@ -1,5 +1,5 @@
 """kill -9 of the daemon during `serve up`, `serve update` (rolling and blue/green), `serve
-down`, replica replacement, `jobs pool apply`/`down`, `down -a` of several clusters, 2-node
+down`, replica replacement, `jobs pool apply`/resize/`down`, `down -a` of several clusters, 2-node
 gang launches on the fake preemptible cloud and a gang job whose agents were killed, at
 seeded moments: every object ends where it would have, nothing is left (harness:
 tests/crash_harness.py, scenarios in tests/crash_scenarios_local.py).
@@ -20,7 +20,8 @@ from tests.test_crash_kill9 import many_seeds
 from tests.test_daemon_support import DaemonProc, cli, wait_for
 
 SEEDED = [("update", 3), ("update_bg", 5), ("up", 7), ("down", 11), ("pool", 13),
-          ("down_all", 17), ("gang_fake", 42), ("replica_replace", 19), ("gang_agents", 29)]
+          ("down_all", 17), ("gang_fake", 42), ("replica_replace", 19), ("gang_agents", 29),
+          ("pool_resize", 23)]
 SCENARIOS = sorted({s for s, _ in SEEDED})
 
 
