@@ -149,6 +149,7 @@ def runpod(t: Trial, c: Any) -> None:
 @contextmanager
 def slurm_infra(root: Path) -> Iterator[FakeInfra]:
     import shutil
+    import subprocess
     import tempfile
 
     from tests.fakes.slurm import SlurmFixture, unavailable_reason
@@ -162,7 +163,9 @@ def slurm_infra(root: Path) -> Iterator[FakeInfra]:
     try:
         try:
             fx.start()
-        except (RuntimeError, OSError) as e:
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            # its daemons use fixed loopback ports: another Slurm tier running on this
+            # machine at the same time keeps it from starting
             raise InfraUnavailable(f"slurm: the fixture could not start: {e}") from None
         root.mkdir(parents=True, exist_ok=True)
         (root / "slurm_config").write_text(fx.slurm_config())
