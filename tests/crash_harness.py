@@ -326,33 +326,37 @@ def run_trial(seed: int, name: str = "launches", *, max_kills: int = 2, window: 
     home = base / "home"
     home.mkdir(parents=True)
     saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SOCKET", "SKYD_CONFIG_DIR")}
-    with (sc.infra or _no_infra)(base / "infra") as infra:
-        env = {**os.environ, "SKYD_HOME": str(home), "SKYD_SOCKET": str(base / "s.sock"),
-               "SKYD_CONFIG_DIR": str(base / "config"), "PYTHONPATH": guarded_pythonpath(),
-               "SKYD_JOBS_POLL": "0.3", "SKYD_JOBS_BACKOFF": "0.2", "SKYD_NO_AUTOSTART": "1",
-               "SKYD_SERVE_PROBE_INTERVAL": "0.2", "SKYD_PROVISION_TIMEOUT_S": "60",
-               "SKYD_NETGUARD_LOG": str(base / "netguard.log"),
-               **sc.env, **(infra.env if infra is not None else {})}
-        env.pop("SKYD_CATALOG_DIR", None)
-        os.environ.update({k: env[k] for k in saved})
-        d = Daemon(env)
-        t = Trial(seed, rng, res, base, home, d, max_kills, window, timeout, infra)
-        try:
-            d.start()
-            with Client(autostart=False, timeout=30) as c:
-                sc.run(t, c)
-                c.close()
-                _teardown(t, c)
-        except (TimeoutError, RuntimeError) as e:
-            res.fail(f"{type(e).__name__}: {e}")
-        finally:
-            d.stop()
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            _after(res, base, home, infra)
+    try:
+        with (sc.infra or _no_infra)(base / "infra") as infra:
+            env = {**os.environ, "SKYD_HOME": str(home), "SKYD_SOCKET": str(base / "s.sock"),
+                   "SKYD_CONFIG_DIR": str(base / "config"), "PYTHONPATH": guarded_pythonpath(),
+                   "SKYD_JOBS_POLL": "0.3", "SKYD_JOBS_BACKOFF": "0.2", "SKYD_NO_AUTOSTART": "1",
+                   "SKYD_SERVE_PROBE_INTERVAL": "0.2", "SKYD_PROVISION_TIMEOUT_S": "60",
+                   "SKYD_NETGUARD_LOG": str(base / "netguard.log"),
+                   **sc.env, **(infra.env if infra is not None else {})}
+            env.pop("SKYD_CATALOG_DIR", None)
+            os.environ.update({k: env[k] for k in saved})
+            d = Daemon(env)
+            t = Trial(seed, rng, res, base, home, d, max_kills, window, timeout, infra)
+            try:
+                d.start()
+                with Client(autostart=False, timeout=30) as c:
+                    sc.run(t, c)
+                    c.close()
+                    _teardown(t, c)
+            except Exception as e:  # noqa: BLE001 - a trial reports what broke, then cleans up
+                res.fail(f"{type(e).__name__}: {e}")
+            finally:
+                d.stop()
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                _after(res, base, home, infra)
+    except InfraUnavailable:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     if res.ok:
         shutil.rmtree(base, ignore_errors=True)
     else:
