@@ -459,18 +459,9 @@ def _kh_name(host: str, port: int) -> str:
 def _forget_host_keys(names: set[str]) -> None:
     """Drop the terminated nodes' lines from skyd's known_hosts: EC2 hands their addresses
     to other instances (with other host keys) later, which trust-on-first-use must accept."""
-    from skyd.transports.ssh import known_hosts_path
+    from skyd.transports.ssh_hosts import forget_host_keys
 
-    path = known_hosts_path()
-    try:
-        lines = path.read_text().splitlines(keepends=True)
-    except OSError:
-        return
-    keep = [ln for ln in lines if not set(ln.split(" ", 1)[0].split(",")) & names]
-    if len(keep) != len(lines):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(keep))
-        os.replace(tmp, path)
+    forget_host_keys(names)
 
 
 def _site(node: NodeHandle, cluster: str) -> AgentSite:

@@ -140,24 +140,11 @@ def keep_containers(new: list[NodeHandle], old: dict[int, Any]) -> None:
 async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:
     """Drop skyd's recorded host keys for addresses that now belong to new VMs (cloud
     addresses are reused: the next VM on an address has a new key, which is no attack)."""
-    from skyd.transports.ssh import known_hosts_path
+    from skyd.transports.ssh_hosts import forget_host_keys as forget
 
     names = {host if port == 22 else f"[{host}]:{port}" for host, port in addrs}
-    p = known_hosts_path()
-
-    def rewrite() -> None:
-        try:
-            lines = p.read_text().splitlines(keepends=True)
-        except OSError:
-            return
-        keep = [ln for ln in lines if ln.split(" ", 1)[0] not in names]
-        if len(keep) != len(lines):
-            tmp = p.with_name(f".{p.name}.{os.getpid()}")
-            tmp.write_text("".join(keep))
-            tmp.replace(p)
-
     if names:
-        await anyio.to_thread.run_sync(rewrite)
+        await anyio.to_thread.run_sync(forget, names)
 
 
 async def shutdown_agents(ssh: SSHProvisioner, nodes: list[NodeHandle], cluster: str, token: str) -> None:
