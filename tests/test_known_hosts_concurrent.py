@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import anyio
 import pytest
 
 from skyd.clouds.aws.provisioner import _forget_host_keys
@@ -55,3 +56,55 @@ async def test_gcp_forgets_by_address_and_port(skyd_home: Path) -> None:
     await gcp_forget([("127.0.0.10", 2222), ("127.0.0.12", 2222), ("127.0.0.11", 22)])
     left = [ln.split(" ", 1)[0] for ln in known_hosts_path().read_text().splitlines()]
     assert left == ["[127.0.0.11]:2222", "keep.example"]
+
+
+def _pub_of(priv: Path) -> str:
+    import asyncssh
+
+    return asyncssh.read_private_key(str(priv)).export_public_key().decode().strip()
+
+
+def test_concurrent_first_launches_make_one_client_key(skyd_home: Path) -> None:
+    """Launches starting at once on a fresh install each make skyd's SSH key: one key pair
+    results, its public half matching the private key on disk, the same for every caller."""
+    from skyd.pipeline.sshconfig import client_key, ensure_client_key
+
+    got: list[tuple[Path, str]] = []
+    errors: list[BaseException] = []
+    gate = threading.Barrier(8)
+
+    def make() -> None:
+        gate.wait()
+        try:
+            got.append(ensure_client_key())
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    priv, pub = client_key()
+    assert {g for g in got} == {(priv, _pub_of(priv))}
+    assert pub.read_text().strip() == _pub_of(priv)
+    assert priv.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in priv.parent.iterdir()) == sorted([priv.name, pub.name])
+
+
+@pytest.mark.anyio
+async def test_concurrent_gcp_launches_make_one_vm_key(skyd_home: Path) -> None:
+    from skyd.clouds.gcp.nodes import ssh_key
+
+    got: list[tuple[Path, str]] = []
+
+    async def one() -> None:
+        got.append(await ssh_key())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(one)
+    priv = got[0][0]
+    assert set(got) == {(priv, _pub_of(priv))}
+    assert Path(str(priv) + ".pub").read_text().strip() == _pub_of(priv)

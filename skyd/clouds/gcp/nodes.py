@@ -36,24 +36,10 @@ def _key_paths() -> tuple[Path, Path]:
 
 async def ssh_key() -> tuple[Path, str]:
     """(private key path, public key line) of skyd's VM key, made once (0600)."""
-    priv, pub = _key_paths()
+    from skyd.transports.ssh_hosts import ensure_key
 
-    def make() -> tuple[Path, str]:
-        if priv.exists() and pub.exists():
-            return priv, pub.read_text().strip()
-        import asyncssh
-
-        priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
-        tmp = priv.with_name(f".{KEY_NAME}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.export_private_key())
-        pub.write_bytes(key.export_public_key())
-        tmp.replace(priv)
-        return priv, pub.read_text().strip()
-
-    return await anyio.to_thread.run_sync(make)
+    priv, _ = _key_paths()
+    return priv, await anyio.to_thread.run_sync(ensure_key, priv)
 
 
 def node_handle(rank: int, instance_id: str, internal: str, connect: str, *, num_nodes: int,
