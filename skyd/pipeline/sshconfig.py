@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shlex
 import sys
 from pathlib import Path
@@ -140,8 +141,9 @@ def render(handle: Any) -> str | None:
 
 
 def _atomic_write(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    # a name of its own: two writers at once (threads of one daemon) never share it
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(tmp, mode)
