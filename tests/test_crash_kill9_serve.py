@@ -1,13 +1,13 @@
 """kill -9 of the daemon during `serve up`, `serve update` (rolling and blue/green), `serve
-down`, `jobs pool apply`/`down`, `down -a` of several clusters and 2-node gang launches on the
-fake preemptible cloud, at seeded moments: every
-object ends where it would have, nothing is left (harness: tests/crash_harness_serve.py).
-The many-trial version is marked slow."""
+down`, replica replacement, `jobs pool apply`/resize/`down`, `down -a` of several clusters, 2-node
+gang launches on the fake preemptible cloud and a gang job whose agents were killed, at
+seeded moments: every object ends where it would have, nothing is left (harness:
+tests/crash_harness.py, scenarios in tests/crash_scenarios_local.py).
+``SKYD_CRASH_TRIALS=N`` adds N seeds of each scenario (marked slow)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from skyd.sdk.transport import Client
-from tests.crash_harness_serve import SCENARIOS, run_trial
+from tests.crash_harness import run_trial
+from tests.test_crash_kill9 import many_seeds
 from tests.test_daemon_support import DaemonProc, cli, wait_for
 
 SEEDED = [("update", 3), ("update_bg", 5), ("up", 7), ("down", 11), ("pool", 13),
-          ("down_all", 17), ("gang_fake", 42)]
+          ("down_all", 17), ("gang_fake", 42), ("replica_replace", 19), ("gang_agents", 29),
+          ("pool_resize", 23)]
+SCENARIOS = sorted({s for s, _ in SEEDED})
 
 
 @pytest.mark.timeout(600)
@@ -32,11 +35,11 @@ def test_kill9_daemon_serving_and_pools(scenario: str, seed: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
-def test_kill9_daemon_serving_many_trials() -> None:
-    n = int(os.environ.get("SKYD_CRASH_TRIALS", "5"))
-    bad = [(s, r.seed, r.problems) for s in SCENARIOS
-           for r in (run_trial(2000 + i, s) for i in range(n)) if not r.ok]
-    assert not bad, bad
+@pytest.mark.parametrize("seed", many_seeds(2000))
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_kill9_daemon_serving_many_trials(scenario: str, seed: int) -> None:
+    r = run_trial(seed, scenario)
+    assert r.ok, r.problems
 
 
 def test_a_resumed_launch_adopts_the_job_its_killed_daemon_submitted(skyd_home: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shlex
 import sys
 from pathlib import Path
@@ -58,20 +59,10 @@ def client_key() -> tuple[Path, Path]:
 
 def ensure_client_key() -> tuple[Path, str]:
     """skyd's key for nodes reached through a ProxyCommand (0600, made once)."""
-    priv, pub = client_key()
-    if priv.exists() and pub.exists():
-        return priv, pub.read_text().strip()
-    import asyncssh
+    from skyd.transports.ssh_hosts import ensure_key
 
-    priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
-    tmp = priv.with_name(f".{KEY_NAME}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.export_private_key())
-    pub.write_bytes(key.export_public_key())
-    tmp.replace(priv)
-    return priv, pub.read_text().strip()
+    priv, _ = client_key()
+    return priv, ensure_key(priv)
 
 
 def skyd_command() -> list[str]:
@@ -150,8 +141,9 @@ def render(handle: Any) -> str | None:
 
 
 def _atomic_write(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    # a name of its own: two writers at once (threads of one daemon) never share it
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(tmp, mode)

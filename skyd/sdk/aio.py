@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,16 @@ import anyio
 from skyd import paths
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 from skyd.sdk import payloads
-from skyd.sdk.transport import _url, ensure_daemon
+from skyd.sdk.transport import (
+    REATTACH_TIMEOUT,
+    REQUEST_ID_HEADER,
+    DaemonBusy,
+    RequestIdTaken,
+    _raise_for,
+    _url,
+    ensure_daemon,
+    socket_answers,
+)
 
 
 class AsyncClient:
@@ -67,36 +78,72 @@ class AsyncClient:
         return self._session
 
     async def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None,
-                    timeout: float | None) -> aiohttp.ClientResponse:
+                    timeout: float | None, *, headers: dict[str, str] | None = None,
+                    idempotent: bool = False) -> aiohttp.ClientResponse:
+        """Send one request; its response (raises the daemon's error). ``idempotent``: the
+        request may be sent again whatever happened to the first try (a submit under a
+        client-chosen id): while the daemon is gone it is restarted (when allowed) and the
+        request resent, for up to REATTACH_TIMEOUT seconds."""
         url = "http://skyd" + _url(path, params)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        hdrs = {"Content-Type": "application/json"} if data is not None else {}
+        hdrs.update(headers or {})
         started = False
+        deadline = time.monotonic() + REATTACH_TIMEOUT
         while True:
             try:
                 resp = await self._sess().request(
-                    method, url, data=data, headers=headers,
+                    method, url, data=data, headers=hdrs or None,
                     timeout=aiohttp.ClientTimeout(total=timeout),
                 )
-            except aiohttp.ClientConnectorError as e:
+            except aiohttp.ClientConnectorError as e:  # nobody listens on the socket
+                if idempotent and self.autostart and time.monotonic() < deadline:
+                    await self._wait_for_daemon(deadline, e)
+                    continue
                 if not self.autostart or started:
-                    raise DaemonUnavailableError(
-                        f"cannot reach the skyd daemon at {self.socket_path}: {e}",
-                        hint="start it with: skyd daemon start") from None
+                    raise self._unavailable(e) from None
                 await anyio.to_thread.run_sync(ensure_daemon, self.socket_path)
                 started = True
                 continue
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # The daemon died (or closed a keep-alive connection) under the request: a
+                # submit under a client-chosen id is sent again once a daemon answers.
+                await self._drop_session()
+                if idempotent and time.monotonic() < deadline:
+                    await self._wait_for_daemon(deadline, e)
+                    continue
+                raise self._unavailable(e) from None
             if resp.status >= 400:
                 raw = await resp.read()
                 resp.release()
-                try:
-                    err = json.loads(raw).get("error")
-                except (ValueError, AttributeError):
-                    err = None
-                if isinstance(err, dict):
-                    raise error_from_dict(err)
-                raise SkydError(f"daemon answered HTTP {resp.status}")
+                _raise_for(resp.status, raw)
             return resp
+
+    def _unavailable(self, e: BaseException) -> DaemonUnavailableError:
+        return DaemonUnavailableError(f"cannot reach the skyd daemon at {self.socket_path}: {e}",
+                                      hint="start it with: skyd daemon start")
+
+    async def _drop_session(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _wait_for_daemon(self, deadline: float, cause: BaseException) -> None:
+        """Until the daemon's socket answers again (starting it when allowed), or the
+        deadline: then DaemonUnavailableError."""
+        while time.monotonic() < deadline:
+            if await anyio.to_thread.run_sync(socket_answers, self.socket_path, 0.5):
+                return
+            if self.autostart:
+                try:
+                    await anyio.to_thread.run_sync(
+                        lambda: ensure_daemon(self.socket_path,
+                                              timeout=max(1.0, deadline - time.monotonic())))
+                    return
+                except DaemonUnavailableError:
+                    pass
+            await anyio.sleep(0.1)
+        raise self._unavailable(cause)
 
     async def request(self, method: str, path: str, body: Any = None,
                       params: dict[str, Any] | None = None) -> Any:
@@ -123,7 +170,12 @@ class AsyncClient:
                     yield json.loads(line)
 
     # -- verbs -----------------------------------------------------------------------
-    async def submit(self, verb: str, payload: dict[str, Any] | None = None) -> str:
+    async def submit(self, verb: str, payload: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> str:
+        """Submit under a request id chosen here (``request_id``, else a random one), so
+        the request can be sent again after the daemon died before answering (restarted
+        when allowed) and still runs once: the daemon answers a repeat with the request it
+        already has (the same contract as the blocking client's submit)."""
         if self._relay is not None and payload and ("yaml" in payload or "overrides" in payload):
             # A daemon on another host: the task's local files travel first (file I/O and
             # hashing: in a thread, through the blocking client's SSH channel).
@@ -135,7 +187,30 @@ class AsyncClient:
                     return upload(c, p)
 
             payload = await anyio.to_thread.run_sync(send, payload)
-        return str((await self.post(f"/v1/requests/{quote(verb, safe='.')}", payload or {}))["request_id"])
+        url = f"/v1/requests/{quote(verb, safe='.')}"
+        busy_until = time.monotonic() + REATTACH_TIMEOUT
+        rid = request_id or secrets.token_hex(4)
+        taken = 0
+        while taken < 5:
+            try:
+                resp = await self._send("POST", url, payload or {}, None, self.timeout,
+                                        headers={REQUEST_ID_HEADER: rid}, idempotent=True)
+                async with resp:
+                    doc = json.loads(await resp.read())
+            except DaemonBusy:
+                if time.monotonic() > busy_until:
+                    raise
+                await anyio.sleep(0.2)  # the same id: a retry can never run the work twice
+                continue
+            except RequestIdTaken:
+                if request_id is not None:
+                    raise SkydError(f"request id {rid} is already used by another request",
+                                    hint="submit it with another id") from None
+                rid = secrets.token_hex(4)  # another request has this id: pick a new one
+                taken += 1
+                continue
+            return str(doc["request_id"])
+        raise SkydError("could not pick a free request id", hint="retry")
 
     async def stream(self, request_id: str, follow: bool = True) -> AsyncIterator[dict[str, Any]]:
         """Events from the start; the last one yielded is the terminal ``result`` or
@@ -223,8 +298,9 @@ async def _one(name: str, *args: Any, **kw: Any) -> Any:
         return await getattr(c, name)(*args, **kw)
 
 
-async def submit(verb: str, payload: dict[str, Any] | None = None) -> str:
-    return str(await _one("submit", verb, payload))
+async def submit(verb: str, payload: dict[str, Any] | None = None,
+                 request_id: str | None = None) -> str:
+    return str(await _one("submit", verb, payload, request_id))
 
 
 async def wait(request_id: str) -> Any:

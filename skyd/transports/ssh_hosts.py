@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,74 @@ from skyd.transports.base import CommandError
 
 def known_hosts_path() -> Path:
     return paths.home() / "ssh" / "known_hosts"
+
+
+# One writer at a time of skyd's known_hosts in this process: terminations of several
+# clusters (`down -a`) forget keys in worker threads at once, and a new host's key is
+# appended meanwhile; each rewrite is read-modify-write, so two at once lost one's edit (and
+# their shared temporary name made one fail with FileNotFoundError).
+_KH_LOCK = threading.Lock()
+
+
+_KEY_LOCK = threading.Lock()
+
+
+def ensure_key(priv: Path) -> str:
+    """skyd's ed25519 key at ``priv`` (0600), made once; its public line. Written under a
+    unique name and linked into place (another process's key made meanwhile is kept), and
+    the public half (``priv`` + ``.pub``) always derived from the private key on disk, so
+    two launches making the key at once never leave a private key and a public key of two
+    different pairs. Blocking: call from a worker thread."""
+    with _KEY_LOCK:
+        if not priv.exists():
+            priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
+            tmp = priv.with_name(f".{priv.name}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key.export_private_key())
+            try:
+                os.link(tmp, priv)  # fails if another process made one meanwhile: keep theirs
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        os.chmod(priv, 0o600)
+        pub = asyncssh.read_private_key(str(priv)).export_public_key().decode().strip()
+        pub_path = priv.with_name(priv.name + ".pub")
+        try:
+            ok = pub_path.read_text().strip() == pub
+        except OSError:
+            ok = False
+        if not ok:
+            pub_path.write_text(pub + "\n")
+    return pub
+
+
+def forget_host_keys(names: set[str]) -> None:
+    """Drop skyd's recorded host keys of these known_hosts names (``host`` or
+    ``[host]:port``): cloud addresses are reused, and the next machine on one has another
+    key, which trust-on-first-use must accept. Blocking: call from a worker thread."""
+    if not names:
+        return
+    path = known_hosts_path()
+    with _KH_LOCK:
+        try:
+            lines = path.read_text().splitlines(keepends=True)
+        except OSError:
+            return
+        keep = [ln for ln in lines if not set(ln.split(" ", 1)[0].split(",")) & names]
+        if len(keep) == len(lines):
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(keep))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 @dataclass(frozen=True)
@@ -169,7 +239,7 @@ class _Client(asyncssh.SSHClient):
         line = f"{_kh_name(host, port)} {key.export_public_key('openssh').decode().strip()}\n"
         p = known_hosts_path()
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a") as f:  # small append, once per new host
+        with _KH_LOCK, open(p, "a") as f:  # small append, once per new host
             f.write(line)
         return True
 

@@ -7,9 +7,6 @@ idempotently (an existing one is reused) and removed with the cluster.
 
 from __future__ import annotations
 
-import os
-import secrets
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,35 +39,13 @@ def key_path() -> Path:
     return paths.home() / "aws" / "id_ed25519"
 
 
-_KEY_LOCK = threading.Lock()
-
-
 def _make_key() -> tuple[Path, str]:
-    """Made once (0600, written under a unique name then renamed into place); the public
-    half is always derived from the private key, so an existing key is never replaced."""
-    import asyncssh
+    """Made once (0600; skyd.transports.ssh_hosts.ensure_key): the public half is always
+    derived from the private key, so an existing key is never replaced."""
+    from skyd.transports.ssh_hosts import ensure_key
 
     priv = key_path()
-    with _KEY_LOCK:
-        if not priv.exists():
-            priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
-            tmp = priv.with_name(f".{priv.name}.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(key.export_private_key())
-            try:
-                os.link(tmp, priv)  # fails if another process made one meanwhile: keep theirs
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
-        os.chmod(priv, 0o600)
-        pub = asyncssh.read_private_key(str(priv)).export_public_key().decode().strip()
-        pub_path = priv.with_suffix(".pub")
-        if not pub_path.exists():
-            pub_path.write_text(pub + "\n")
-    return priv, pub
+    return priv, ensure_key(priv)
 
 
 async def ssh_key() -> tuple[Path, str]:

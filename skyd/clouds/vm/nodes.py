@@ -36,24 +36,10 @@ def _key_paths() -> tuple[Path, Path]:
 
 async def ssh_key() -> tuple[Path, str]:
     """(private key path, public key line) of skyd's VM key, made once (0600)."""
-    priv, pub = _key_paths()
+    from skyd.transports.ssh_hosts import ensure_key
 
-    def make() -> tuple[Path, str]:
-        if priv.exists() and pub.exists():
-            return priv, pub.read_text().strip()
-        import asyncssh
-
-        priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="skyd")
-        tmp = priv.with_name(f".{KEY_NAME}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.export_private_key())
-        pub.write_bytes(key.export_public_key())
-        tmp.replace(priv)
-        return priv, pub.read_text().strip()
-
-    return await anyio.to_thread.run_sync(make)
+    priv, _ = _key_paths()
+    return priv, await anyio.to_thread.run_sync(ensure_key, priv)
 
 
 def node_handle(rank: int, instance_id: str, internal: str, connect: str, *, num_nodes: int,
@@ -140,25 +126,11 @@ def keep_containers(new: list[NodeHandle], old: dict[int, Any]) -> None:
 async def forget_host_keys(addrs: list[tuple[str, int]]) -> None:
     """Drop skyd's recorded host keys for addresses that now belong to new VMs (cloud
     addresses are reused: the next VM on an address has a new key, which is no attack)."""
-    from skyd.transports.ssh import known_hosts_path
+    from skyd.transports.ssh_hosts import forget_host_keys as forget
 
     names = {host if port == 22 else f"[{host}]:{port}" for host, port in addrs}
-    p = known_hosts_path()
-
-    def rewrite() -> None:
-        try:
-            lines = p.read_text().splitlines(keepends=True)
-        except OSError:
-            return
-        # a line may name several hosts ("host1,[host2]:2222 ssh-ed25519 ...")
-        keep = [ln for ln in lines if not set(ln.split(" ", 1)[0].split(",")) & names]
-        if len(keep) != len(lines):
-            tmp = p.with_name(f".{p.name}.{os.getpid()}")
-            tmp.write_text("".join(keep))
-            tmp.replace(p)
-
     if names:
-        await anyio.to_thread.run_sync(rewrite)
+        await anyio.to_thread.run_sync(forget, names)
 
 
 async def shutdown_agents(ssh: SSHProvisioner, nodes: list[NodeHandle], cluster: str, token: str) -> None:
