@@ -138,7 +138,7 @@ def no_traffic_out(network_guard: Path) -> Iterator[None]:
 _SHARED_RESOURCES = {
     "unix-users": ("real_sshd", "skydtest", "skydremote", "skydprobe", "skyd-squat", "fakes.sshd",
                    "fakes import sshd"),
-    "slurm": ("fakes.slurm", "fakes import slurm"),  # one controller on fixed ports
+    "slurm": ("fakes.slurm", "fakes import slurm", "crash_scenarios_infra"),  # one controller on fixed ports
 }
 
 
