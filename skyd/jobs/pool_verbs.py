@@ -17,6 +17,7 @@ import anyio
 
 from skyd.daemon.registry import register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError
+from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
 from skyd.jobs.pools import worker_name
 from skyd.jobs.verbs import _manager
 

@@ -23,6 +23,7 @@ import anyio
 
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
+from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
 from skyd.jobs.controller import JobsConfig
 from skyd.jobs.manager import JobsManager, current_manager, resume_all
 from skyd.jobs.ops import ClusterOps
@@ -64,8 +65,7 @@ async def _startup(daemon: Daemon) -> None:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
 
         ops = PipelineClusterOps(daemon.store)
-    # Own connection, sharing the store's write lock (one writer at a time in this process).
-    db = await JobsDB.open(paths.db_path(), lock=daemon.store.write_lock)
+    db = JobsDB(daemon.store)  # the daemon's one store (the jobs component's tables)
     from skyd.jobs import job_secrets
 
     await job_secrets.sweep(db)  # files of jobs that ended (or were never created)
@@ -73,7 +73,7 @@ async def _startup(daemon: Daemon) -> None:
 
 
 async def _shutdown(daemon: Daemon) -> None:
-    """Close our connection (its worker thread would otherwise keep the process alive)."""
+    """Stop the controllers (the store itself is the daemon's to close)."""
     try:
         m = current_manager()
     except RuntimeError:

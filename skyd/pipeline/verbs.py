@@ -19,6 +19,7 @@ from skyd.daemon.registry import on_shutdown, on_startup, register_read, registe
 from skyd.errors import ClusterStateError, NotFoundError
 from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle
 from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 from skyd.pipeline.agents import agent
 
 log = logging.getLogger("skyd.pipeline.verbs")

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from skyd.serve import schema as _schema  # noqa: F401 - registers the tables
 from skyd.serve import status as st
 
 SERVICE_JSON = ("spec",)
