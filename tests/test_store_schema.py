@@ -26,7 +26,7 @@ DATA = Path(__file__).parent / "data"
 FEATURE_TABLES = {
     "jobs": {"managed_jobs", "managed_job_attempts", "job_pools", "job_pool_workers"},
     "pipeline": {"clusters", "cluster_history", "cluster_jobs", "cloud_checks"},
-    "serve": {"services", "replicas"},
+    "serve": {"services", "replicas", "serve_preemptions"},
     "storage": {"storage_buckets"},
 }
 

@@ -1,4 +1,5 @@
-"""The serving tables (``services``, ``replicas``): the ``serve`` component of the state
+"""The serving tables (``services``, ``replicas``, and ``serve_preemptions``, the spot
+placer's memory): the ``serve`` component of the state
 database (skyd.daemon.schema). Importing this module registers them."""
 
 from __future__ import annotations
@@ -35,4 +36,10 @@ async def _columns_of_older_tables(db: Any) -> None:
     })
 
 
-COMPONENT = schema.register("serve", [_TABLES, _columns_of_older_tables])
+_PREEMPTIONS = """
+CREATE TABLE IF NOT EXISTS serve_preemptions (
+    service TEXT NOT NULL, cloud TEXT NOT NULL, region TEXT, zone TEXT, at REAL NOT NULL
+);
+"""
+
+COMPONENT = schema.register("serve", [_TABLES, _columns_of_older_tables, _PREEMPTIONS])
