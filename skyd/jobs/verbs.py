@@ -14,13 +14,13 @@ used (tests, demos).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from skyd import settings
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
@@ -40,10 +40,11 @@ def _config() -> JobsConfig:
 
     cfg = JobsConfig(log_dir=paths.logs_dir() / "jobs")
     cfg.log_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-    if os.environ.get("SKYD_JOBS_BACKOFF"):
-        cfg.backoff_initial = float(os.environ["SKYD_JOBS_BACKOFF"])
-    if os.environ.get("SKYD_JOBS_POLL"):
-        cfg.poll_interval = float(os.environ["SKYD_JOBS_POLL"])
+    backoff, poll = settings.JOBS_BACKOFF.get(), settings.JOBS_POLL.get()
+    if backoff is not None:
+        cfg.backoff_initial = backoff
+    if poll is not None:
+        cfg.poll_interval = poll
         cfg.user_failure_grace = min(cfg.user_failure_grace, cfg.poll_interval)
     return cfg
 
@@ -54,12 +55,12 @@ async def _startup(daemon: Daemon) -> None:
 
     set_publisher(daemon.bus.publish)
 
-    if os.environ.get("SKYD_JOBS_SIM") == "1":
+    if settings.JOBS_SIM.get():
         from skyd.jobs.sim import SimClusterOps
 
         ops: ClusterOps = SimClusterOps(
             state_file=paths.home() / "jobs-sim.json",
-            default_duration=float(os.environ.get("SKYD_JOBS_SIM_DURATION") or 1.0),
+            default_duration=settings.JOBS_SIM_DURATION.get(),
         )
     else:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
