@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 from skyd.sdk import payloads
 from skyd.sdk.transport import _url, ensure_daemon
@@ -38,7 +38,7 @@ class AsyncClient:
         if self._relay is not None:
             self.socket_path = self._relay.path
         if autostart is None:
-            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+            autostart = not settings.NO_AUTOSTART.get()
         self.autostart = autostart and target is None
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None

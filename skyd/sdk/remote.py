@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import InvalidSpecError, SkydError
 
 # What the host runs when no binary is named: the file `skyd daemon deploy` installs, else a
@@ -89,7 +89,7 @@ def parse_host(url: str, *, remote_bin: str | None = None,
     if host.startswith("-") or (parts.username or "").startswith("-"):
         raise InvalidSpecError(f"daemon host {url!r} is not a host name", field="SKYD_HOST",
                                hint="use ssh://[user@]host[:port]")
-    extra = tuple(shlex.split(os.environ.get("SKYD_SSH_OPTS", "")))
+    extra = tuple(shlex.split(settings.SSH_OPTS.get()))
     return Target(host=host, user=unquote(parts.username) if parts.username else None,
                   port=port, remote_bin=remote_bin or _first(q, "bin"),
                   remote_home=remote_home or _first(q, "home"), ssh_options=extra)
@@ -150,7 +150,7 @@ def context_target(name: str, doc: dict[str, Any] | None = None) -> Target | Non
 def resolve_target() -> Target | None:
     """The daemon to talk to: ``SKYD_HOST`` (``--host`` sets it), else the current context;
     None means the local daemon."""
-    env = os.environ.get("SKYD_HOST", "").strip()
+    env = (settings.HOST.get() or "").strip()
     if env:
         if env in ("local", "unix://") or env.startswith("unix://"):
             return None

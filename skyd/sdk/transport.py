@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 
 REQUEST_ID_HEADER = "X-Skyd-Request-Id"
@@ -117,7 +117,7 @@ class Client:
         # itself there, so this client never starts one).
         self.target = None if socket_path is not None else resolve_target()
         if autostart is None:
-            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+            autostart = not settings.NO_AUTOSTART.get()
         self.autostart = autostart and self.target is None
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
@@ -490,7 +490,7 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
     private_mkdir(logs)
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
-    env["SKYD_SOCKET"] = sp
+    env[settings.SOCKET.name] = sp
     if getattr(sys, "frozen", False):
         # A frozen daemon must be its own instance: it outlives this CLI process, whose
         # unpacked bundle (onefile) is removed when it exits.
