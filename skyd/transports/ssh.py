@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import asyncssh
 
+from skyd import settings
 from skyd.transports.base import AgentAddress, RunResult, Transport, command_line
 from skyd.transports.relay import RELAY, Pipe, RelayListener
 from skyd.transports.ssh_hosts import (
@@ -127,7 +128,7 @@ class SSHTransport(Transport):
 
     async def _connect_once(self) -> tuple[Any, _Client]:
         t = self.target
-        strict = os.environ.get("SKYD_SSH_STRICT_HOST_KEYS", "") not in ("", "0")
+        strict = settings.SSH_STRICT_HOST_KEYS.get()
         client = _Client(t, await anyio.to_thread.run_sync(_load_known_hosts), strict)
         opts: dict[str, Any] = {
             "known_hosts": client.known,

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import asyncssh
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import SkydError
 from skyd.transports.base import CommandError
 
@@ -185,6 +185,6 @@ def _limiter() -> anyio.Semaphore:
     loop = asyncio.get_running_loop()
     sem = _LIMITERS.get(loop)
     if sem is None:
-        sem = anyio.Semaphore(int(os.environ.get("SKYD_SSH_MAX_CONNECTS", "16")))
+        sem = anyio.Semaphore(settings.SSH_MAX_CONNECTS.get())
         _LIMITERS[loop] = sem
     return sem
