@@ -24,15 +24,15 @@ import time
 
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import InvalidSpecError, ResourcesUnavailableError
 
-DEFAULT_NET = "127.0.0.0/24"
+DEFAULT_NET = settings.LOCAL_NET.default
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 def network() -> ipaddress.IPv4Network:
-    text = os.environ.get("SKYD_LOCAL_NET") or DEFAULT_NET
+    text = settings.LOCAL_NET.get()
     try:
         net = ipaddress.ip_network(text, strict=False)
     except ValueError as e:

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from skyd import paths
+from skyd import settings as knobs
 from skyd.clouds.base import LogFn, NodeHandle
 from skyd.clouds.ssh.provisioner import SSHProvisioner, _record, _site
 from skyd.errors import ResourcesUnavailableError, SkydError
@@ -86,7 +87,7 @@ async def wait_ready(t: Any, node: NodeHandle, marker: str, log: LogFn) -> None:
             log(f"Node {node.rank} ({(node.ssh or {}).get('host')}): waiting for first-boot setup "
                 f"({marker})")
             said = True
-        await anyio.sleep(float(os.environ.get("SKYD_NODE_READY_POLL_S") or READY_POLL_S))
+        await anyio.sleep(knobs.NODE_READY_POLL_S.get())
 
 
 async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
