@@ -93,7 +93,7 @@ def _started() -> bool:
     return True
 
 
-def _manager() -> JobsManager:
+def require_manager() -> JobsManager:
     try:
         return current_manager()
     except RuntimeError:
@@ -112,7 +112,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
         with anyio.move_on_after(30):
             while not _started():
                 await anyio.sleep(0.05)
-    m = _manager()
+    m = require_manager()
     docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
     pool = payload.get("pool") or None
     n = int(payload.get("num_jobs") or 1)
@@ -221,7 +221,7 @@ def _docs_of(dag: Any) -> list[dict[str, Any]]:
 async def jobs_cancel(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Cancel managed jobs by id, by name, or all."""
     ids = [int(i) for i in payload.get("ids") or []]
-    moved = await _manager().cancel(
+    moved = await require_manager().cancel(
         ids=ids or None, name=payload.get("name"), all_jobs=bool(payload.get("all"))
     )
     ctx.log(f"Cancelling managed job(s) {moved}" if moved else "No active job matched")
@@ -235,7 +235,7 @@ def _flag(v: str | None) -> bool:
 async def jobs_queue(ctx: ReadContext, request: web.Request) -> Any:
     """Managed jobs, newest first."""
     statuses = request.query.getall("status", []) or None
-    return await _manager().queue(skip_finished=_flag(request.query.get("skip_finished")),
+    return await require_manager().queue(skip_finished=_flag(request.query.get("skip_finished")),
                                   statuses=statuses)  # fmt: skip
 
 
@@ -251,7 +251,7 @@ def _job_id(request: web.Request) -> int:
 
 async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
     """One managed job with its attempts."""
-    m = _manager()
+    m = require_manager()
     jid = _job_id(request)
     row = await m.db.get_job(jid)
     if row is None:
@@ -263,7 +263,7 @@ async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
 
 async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
     """The job's output (or the controller's log with ?controller=1), as ndjson."""
-    m = _manager()
+    m = require_manager()
     jid = _job_id(request)
     row = await m.db.get_job(jid)
     if row is None:

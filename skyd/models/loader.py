@@ -57,7 +57,7 @@ def _refuse(source: str, msg: str, mark: Any, hint: str) -> InvalidSpecError:
     return InvalidSpecError(f"{source}: {msg}", line=line, hint=hint)
 
 
-def _check_bounds(text: str, source: str) -> None:
+def check_text_bounds(text: str, source: str) -> None:
     """Refuse, before composing anything, YAML that is too big, nests too deep, or whose
     aliases expand past MAX_ALIAS_NODES (a "billion laughs" bomb is ~400 bytes). Runs on
     PyYAML's event stream, which is iterative: any depth is safe to scan."""
@@ -169,7 +169,7 @@ def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
 
 def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
     try:
-        _check_bounds(text, source)
+        check_text_bounds(text, source)
         docs = list(yaml.safe_load_all(text))
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as e:

@@ -17,13 +17,12 @@ from skyd import settings
 from skyd.clouds.base import close_clouds, get_cloud
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
-from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle
+from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle, locks
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 from skyd.pipeline.agents import agent
 
 log = logging.getLogger("skyd.pipeline.verbs")
-
 
 
 async def _addresses(ctx: Any, request: Any) -> Any:
@@ -181,19 +180,13 @@ async def _refresher(daemon: Any) -> None:
     while True:
         await anyio.sleep(settings.REFRESH_S.get())  # tests shorten it
         for r in await daemon.store.fetchall("SELECT name, status FROM clusters"):
-            if r["status"] == cdb.INIT and r["name"] in _busy():
+            if r["status"] == cdb.INIT and r["name"] in locks.busy():
                 continue
             try:
                 with anyio.move_on_after(30):  # one stuck node must not stall the rest
                     await lifecycle.refresh_cluster(daemon.store, r["name"], repair=False)
             except Exception:  # noqa: BLE001 - next round tries again
                 pass
-
-
-def _busy() -> set[str]:
-    from skyd.pipeline.locks import _LOCKS
-
-    return {n for n, lock in _LOCKS.items() if lock.locked()}
 
 
 async def _leak_pass(daemon: Any) -> None:

@@ -23,7 +23,7 @@ import anyio
 from skyd import paths, settings
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 from skyd.sdk import payloads
-from skyd.sdk.transport import _url, ensure_daemon
+from skyd.sdk.transport import ensure_daemon, request_url
 
 
 class AsyncClient:
@@ -68,7 +68,7 @@ class AsyncClient:
 
     async def _send(self, method: str, path: str, body: Any, params: dict[str, Any] | None,
                     timeout: float | None) -> aiohttp.ClientResponse:
-        url = "http://skyd" + _url(path, params)
+        url = "http://skyd" + request_url(path, params)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"} if data is not None else None
         started = False

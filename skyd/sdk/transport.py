@@ -66,7 +66,7 @@ def _connect_unix(path: str, timeout: float | None) -> socket.socket:
             raise
 
 
-def _url(path: str, params: dict[str, Any] | None) -> str:
+def request_url(path: str, params: dict[str, Any] | None) -> str:
     if not path.startswith("/"):
         path = "/" + path
     if not path.startswith("/v1/"):
@@ -260,7 +260,7 @@ class Client:
     def request(self, method: str, path: str, body: Any = None,
                 params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
                 idempotent: bool = False) -> Any:
-        _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout,
+        _, resp = self._open(method, request_url(path, params), body, fresh=False, timeout=self.timeout,
                              headers=headers, idempotent=idempotent)
         data = resp.read()
         if resp.status >= 400:
@@ -272,7 +272,7 @@ class Client:
         size = os.fstat(body.fileno()).st_size
         conn = self._new_conn(None)
         try:
-            conn.request("PUT", _url(path, None), body=body,
+            conn.request("PUT", request_url(path, None), body=body,
                          headers={"Content-Type": "application/x-tar",
                                   "Content-Length": str(size)})
             resp = conn.getresponse()
@@ -298,7 +298,7 @@ class Client:
     def stream_bytes(self, path: str, params: dict[str, Any] | None = None,
                      method: str = "GET", body: Any = None) -> Iterator[bytes]:
         """Raw chunks of a streamed response (own connection, no read timeout)."""
-        conn, resp = self._open(method, _url(path, params), body, fresh=True, timeout=None)
+        conn, resp = self._open(method, request_url(path, params), body, fresh=True, timeout=None)
         try:
             if resp.status >= 400:
                 _raise_for(resp.status, resp.read())

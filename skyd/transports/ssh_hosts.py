@@ -102,7 +102,7 @@ class SSHCommandError(CommandError):
     """A command run with ``check=True`` exited non-zero on an SSH host."""
 
 
-_CONN_ERRORS: tuple[type[BaseException], ...] = (
+CONN_ERRORS: tuple[type[BaseException], ...] = (
     asyncssh.ConnectionLost,
     asyncssh.DisconnectError,
     asyncssh.ChannelOpenError,
@@ -117,7 +117,7 @@ _CONN_ERRORS: tuple[type[BaseException], ...] = (
 
 def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` means the SSH connection (not the command) failed."""
-    return isinstance(exc, _CONN_ERRORS) or (
+    return isinstance(exc, CONN_ERRORS) or (
         isinstance(exc, SSHConnectError) and exc.kind in ("unreachable", "timeout")
     )
 
@@ -125,7 +125,7 @@ def is_connection_error(exc: BaseException) -> bool:
 # -- host keys ----------------------------------------------------------------------------
 
 
-def _load_known_hosts() -> asyncssh.SSHKnownHosts:
+def load_known_hosts() -> asyncssh.SSHKnownHosts:
     chunks = []
     for p in (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path()):
         try:
@@ -141,10 +141,10 @@ def _kh_name(host: str, port: int) -> str:
 
 # Hosts (SSHTarget.key) whose sshd refused a direct-tcpip channel: their agents are reached
 # through the exec relay from then on (for this daemon's lifetime).
-_NO_FORWARDING: set[str] = set()
+NO_FORWARDING: set[str] = set()
 
 
-class _Client(asyncssh.SSHClient):
+class HostKeyClient(asyncssh.SSHClient):
     def __init__(self, target: SSHTarget, known: asyncssh.SSHKnownHosts, strict: bool) -> None:
         self.target = target
         self.known = known
@@ -181,7 +181,7 @@ _LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Semaphore]
 )
 
 
-def _limiter() -> anyio.Semaphore:
+def handshake_limiter() -> anyio.Semaphore:
     loop = asyncio.get_running_loop()
     sem = _LIMITERS.get(loop)
     if sem is None:
