@@ -20,7 +20,6 @@ from skyd.pipeline import schema as pipeline_schema
 from skyd.serve import schema as serve_schema
 from skyd.storage import schema as storage_schema
 
-pytestmark = pytest.mark.anyio
 
 DATA = Path(__file__).parent / "data"
 FEATURE_TABLES = {
@@ -55,6 +54,7 @@ def _components(path: Path) -> dict[str, int]:
         con.close()
 
 
+@pytest.mark.anyio
 async def test_every_feature_registers_its_own_tables_and_the_core_owns_only_its_own() -> None:
     names = {c.name for c in schema.components()}
     assert {"jobs", "pipeline", "serve", "storage"} <= names
@@ -67,6 +67,7 @@ async def test_every_feature_registers_its_own_tables_and_the_core_owns_only_its
         assert mod.COMPONENT.name == comp
 
 
+@pytest.mark.anyio
 async def test_the_core_imports_no_feature() -> None:
     """Dependencies point one way: skyd.daemon's store and schema name no feature."""
     root = Path(schema.__file__).parent
@@ -79,6 +80,7 @@ async def test_the_core_imports_no_feature() -> None:
         assert not bad, f"{name} imports {bad}"
 
 
+@pytest.mark.anyio
 async def test_a_fresh_database_has_the_same_columns_as_one_upgraded_from_v6(tmp_path: Path) -> None:
     fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
     _legacy_db(old, "state_db_v6.sql", 6)
@@ -95,6 +97,7 @@ async def test_a_fresh_database_has_the_same_columns_as_one_upgraded_from_v6(tmp
     assert len(schema.CORE_MIGRATIONS) == 7
 
 
+@pytest.mark.anyio
 async def test_a_v6_database_with_rows_opens_and_works(tmp_path: Path) -> None:
     """A state file written by the previous release: its rows stay readable and every
     feature keeps writing to it."""
@@ -139,6 +142,7 @@ async def test_a_v6_database_with_rows_opens_and_works(tmp_path: Path) -> None:
         await st.close()
 
 
+@pytest.mark.anyio
 async def test_a_v1_database_gains_the_columns_and_tables_added_since(tmp_path: Path) -> None:
     p = tmp_path / "state.db"
     _legacy_db(p, "state_db_v1.sql", 1)
@@ -164,6 +168,7 @@ async def test_a_v1_database_gains_the_columns_and_tables_added_since(tmp_path: 
         assert tables <= names
 
 
+@pytest.mark.anyio
 async def test_a_file_made_by_the_old_standalone_jobs_store_opens(tmp_path: Path) -> None:
     """The managed-jobs store used to create its tables itself (stricter columns, no
     user_version, no kv): such a file opens, and gains what the rest of skyd needs."""
@@ -190,6 +195,7 @@ async def test_a_file_made_by_the_old_standalone_jobs_store_opens(tmp_path: Path
         await db.close()
 
 
+@pytest.mark.anyio
 async def test_a_component_step_added_later_runs_once_and_a_newer_one_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -223,6 +229,7 @@ async def test_a_component_step_added_later_runs_once_and_a_newer_one_is_refused
         schema._COMPONENTS.pop(name, None)  # noqa: SLF001 - undo the test's registration
 
 
+@pytest.mark.anyio
 async def test_two_stores_opening_one_new_file_at_once_migrate_it_once(tmp_path: Path) -> None:
     p = tmp_path / "state.db"
     stores = [Store(p), Store(p)]
@@ -234,6 +241,7 @@ async def test_two_stores_opening_one_new_file_at_once_migrate_it_once(tmp_path:
     assert _components(p) == {c.name: len(c.steps) for c in schema.components()}
 
 
+@pytest.mark.anyio
 async def test_write_is_one_transaction_kept_whole_under_cancellation(tmp_path: Path) -> None:
     st = Store(tmp_path / "state.db")
     await st.open()
@@ -264,3 +272,32 @@ async def test_write_is_one_transaction_kept_whole_under_cancellation(tmp_path: 
         assert await st.kv_get("d", "gone") == "gone"
     finally:
         await st.close()
+
+
+def test_a_plain_connection_waits_out_another_writer_instead_of_failing(tmp_path: Path) -> None:
+    """skyd.sqlite_tx.immediate (the allocation files' transactions): "database is locked"
+    from a busy handler that gave up is retried until the other writer commits."""
+    import threading
+
+    from skyd.sqlite_tx import immediate
+
+    p = tmp_path / "alloc.db"
+    holder = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (v INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    threading.Timer(0.5, lambda: holder.execute("COMMIT")).start()
+    waiter = sqlite3.connect(p, isolation_level=None, timeout=0)  # gives up at once alone
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            waiter.execute("BEGIN IMMEDIATE")
+        with immediate(waiter):
+            waiter.execute("INSERT INTO t VALUES (2)")
+        with pytest.raises(ValueError), immediate(waiter):
+            waiter.execute("INSERT INTO t VALUES (3)")
+            raise ValueError("rolled back")
+        assert [r[0] for r in waiter.execute("SELECT v FROM t ORDER BY v")] == [1, 2]
+        assert not waiter.in_transaction
+    finally:
+        waiter.close()
+        holder.close()

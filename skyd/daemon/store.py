@@ -3,7 +3,7 @@
 The one persistence layer of skyd: every feature's tables live in this file and every
 write goes through one of the two transaction forms below, serialised by an anyio lock on
 the writer connection (``BEGIN IMMEDIATE`` ... ``COMMIT``, retried while another process
-holds SQLite's write lock — :func:`begin_immediate`):
+holds SQLite's write lock — skyd.sqlite_tx):
 
 * :meth:`Store.tx` — an async block (``async with store.tx() as db``);
 * :meth:`Store.write` — a synchronous function run in one hop on the writer's thread
@@ -23,8 +23,7 @@ import json
 import math
 import os
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ import anyio
 
 from skyd.daemon import schema
 from skyd.errors import SkydError
+from skyd.sqlite_tx import BEGIN_RETRY_S, backoff, begin_immediate, is_locked
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -415,46 +415,12 @@ def _full(path: Path) -> bool:
 
 
 BUSY_TIMEOUT_MS = 5000
-#: Another process holding SQLite's write lock this long is a real fault.
-BEGIN_RETRY_S = 60.0
-
-
-def is_locked(e: BaseException) -> bool:
-    """SQLite's "database is locked/busy" (another connection holds the write lock)."""
-    return isinstance(e, sqlite3.OperationalError) and (
-        "locked" in str(e) or "busy" in str(e)
-    )
-
-
-def _backoff(budget: float, now: Callable[[], float]) -> Iterator[float]:
-    """The delays between BEGIN IMMEDIATE attempts, until ``budget`` seconds are spent."""
-    deadline = now() + budget
-    delay = 0.01
-    while now() < deadline:
-        yield delay
-        delay = min(delay * 2, 0.25)
-
-
-def begin_immediate(raw: sqlite3.Connection, budget: float = BEGIN_RETRY_S) -> None:
-    """BEGIN IMMEDIATE on a plain sqlite3 connection (on its own thread), retried while
-    another connection holds the write lock past the busy timeout (right after a crash,
-    WAL recovery can also answer "locked" at once)."""
-    delays = _backoff(budget, time.monotonic)
-    while True:
-        try:
-            raw.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as e:
-            delay = next(delays, None) if is_locked(e) else None
-            if delay is None:
-                raise
-        time.sleep(delay)
 
 
 async def _begin_immediate(db: aiosqlite.Connection, budget: float = BEGIN_RETRY_S) -> None:
-    """:func:`begin_immediate` for the async connection: the same retry, sleeping on the
-    event loop (cancellable between attempts)."""
-    delays = _backoff(budget, anyio.current_time)
+    """skyd.sqlite_tx.begin_immediate for the async connection: the same retry and backoff,
+    sleeping on the event loop (cancellable between attempts)."""
+    delays = backoff(budget, anyio.current_time)
     while True:
         try:
             await db.execute("BEGIN IMMEDIATE")
