@@ -95,8 +95,8 @@ async def storm(n: int, d: Path, poll: float, launch_delay: float) -> None:
         while rec < len(hit):
             await anyio.sleep(0.1)
             await until_running(db, n, 900)
-            async with db.conn.execute("SELECT SUM(recoveries) FROM managed_jobs") as cur:
-                rec = (await cur.fetchone() or [0])[0] or 0
+            got = await db.fetchone("SELECT SUM(recoveries) AS n FROM managed_jobs")
+            rec = (got or {}).get("n") or 0
         await until_running(db, n, 900)
         dt = time.perf_counter() - t0
         print(f"storm: preempted {len(hit)} of {n} running jobs at once; all {n} RUNNING again "

@@ -286,8 +286,11 @@ class Store:
     async def fetchone(
         self, sql: str, args: Sequence[Any] | dict[str, Any] = (), *, json_cols: Iterable[str] = ()
     ) -> Row | None:
-        async with self._reader().execute(sql, args) as cur:
-            r = await cur.fetchone()
+        # One hop that runs the statement to its end: a statement left open between hops
+        # would hold the reader's snapshot for every other task's read (a row committed
+        # just before could then be missed: read-after-write must hold).
+        rows = await self._reader().execute_fetchall(sql, args)
+        r = next(iter(rows), None)
         return decode_json(dict(r), json_cols) if r is not None else None
 
     # -- cache -----------------------------------------------------------------------
