@@ -20,7 +20,6 @@ from skyd.pipeline import schema as pipeline_schema
 from skyd.serve import schema as serve_schema
 from skyd.storage import schema as storage_schema
 
-
 DATA = Path(__file__).parent / "data"
 FEATURE_TABLES = {
     "jobs": {"managed_jobs", "managed_job_attempts", "job_pools", "job_pool_workers"},
