@@ -37,11 +37,8 @@ async def until_running(db: JobsDB, n: int, timeout: float) -> float:
     t0 = time.perf_counter()
     with anyio.fail_after(timeout):
         while True:
-            async with db.conn.execute(
-                "SELECT COUNT(*) FROM managed_jobs WHERE status='RUNNING'"
-            ) as cur:
-                row = await cur.fetchone()
-            if row and row[0] >= n:
+            row = await db.fetchone("SELECT COUNT(*) AS n FROM managed_jobs WHERE status='RUNNING'")
+            if row and row["n"] >= n:
                 return time.perf_counter() - t0
             await anyio.sleep(0.1)
 
@@ -93,13 +90,13 @@ async def storm(n: int, d: Path, poll: float, launch_delay: float) -> None:
         hit = sim.preempt_fraction(0.3, random.Random(7))
         t0 = time.perf_counter()
         await until_running(db, n, 900)  # may pass at once before detection: wait for it
-        async with db.conn.execute("SELECT SUM(recoveries) FROM managed_jobs") as cur:
-            rec = (await cur.fetchone() or [0])[0] or 0
+        got = await db.fetchone("SELECT SUM(recoveries) AS n FROM managed_jobs")
+        rec = (got or {}).get("n") or 0
         while rec < len(hit):
             await anyio.sleep(0.1)
             await until_running(db, n, 900)
-            async with db.conn.execute("SELECT SUM(recoveries) FROM managed_jobs") as cur:
-                rec = (await cur.fetchone() or [0])[0] or 0
+            got = await db.fetchone("SELECT SUM(recoveries) AS n FROM managed_jobs")
+            rec = (got or {}).get("n") or 0
         await until_running(db, n, 900)
         dt = time.perf_counter() - t0
         print(f"storm: preempted {len(hit)} of {n} running jobs at once; all {n} RUNNING again "

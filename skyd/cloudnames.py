@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Iterator
 
+from skyd import settings
+
 #: name -> "module:Class" of the in-tree providers. Adding a provider = one line here.
 PROVIDERS: dict[str, str] = {
     "local": "skyd.clouds.local:LocalCloud",
@@ -32,13 +34,13 @@ PROVIDERS: dict[str, str] = {
 }
 
 ENTRY_POINT_GROUP = "skyd.clouds"
-PLUGIN_ENV = "SKYD_CLOUD_PLUGINS"
+PLUGIN_ENV = settings.CLOUD_PLUGINS.name
 
 
 def env_specs() -> dict[str, str]:
     """``$SKYD_CLOUD_PLUGINS`` (``name=module:Class,...``): providers for tests and trials."""
     out: dict[str, str] = {}
-    for part in os.environ.get(PLUGIN_ENV, "").split(","):
+    for part in settings.CLOUD_PLUGINS.get().split(","):
         name, _, target = part.strip().partition("=")
         if name and ":" in target:
             out[name.strip().lower()] = target.strip()
@@ -91,7 +93,7 @@ class _Names:
         self._added: set[str] = set()
 
     def _all(self) -> set[str]:
-        env = os.environ.get(PLUGIN_ENV, "")
+        env = settings.CLOUD_PLUGINS.get()
         if self._names is None or env != self._env:
             self._names = set(provider_specs()) | self._added
             self._env = env

@@ -1,4 +1,5 @@
-"""Where skyd keeps things. Stdlib only: the CLI imports this on its fast path.
+"""Where skyd keeps things. Stdlib and skyd.settings only: the CLI imports this on its
+fast path.
 
 - ``SKYD_HOME``: state (SQLite), logs, keys, sandboxes. Default ``$XDG_DATA_HOME/skyd``
   (``~/.local/share/skyd``).
@@ -14,19 +15,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from skyd import settings
+
 
 def home() -> Path:
-    env = os.environ.get("SKYD_HOME")
-    if env:
-        return Path(env).expanduser()
+    env = settings.HOME.get()
+    if env is not None:
+        return env
     xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(xdg) / "skyd"
 
 
 def config_dir() -> Path:
-    env = os.environ.get("SKYD_CONFIG_DIR")
-    if env:
-        return Path(env).expanduser()
+    env = settings.CONFIG_DIR.get()
+    if env is not None:
+        return env
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(xdg) / "skyd"
 
@@ -34,19 +37,19 @@ def config_dir() -> Path:
 def cache_dir() -> Path:
     """Downloads shared by every skyd instance of this user (e.g. the node agent's Python
     3.8 dependency set): ``$SKYD_CACHE_DIR``, else ``$XDG_CACHE_HOME/skyd``."""
-    env = os.environ.get("SKYD_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    env = settings.CACHE_DIR.get()
+    if env is not None:
+        return env
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(xdg) / "skyd"
 
 
 def socket_path() -> Path:
-    env = os.environ.get("SKYD_SOCKET")
-    if env:
-        return Path(env).expanduser()
+    env = settings.SOCKET.get()
+    if env is not None:
+        return env
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and not os.environ.get("SKYD_HOME"):
+    if runtime and not settings.HOME.is_set():
         return Path(runtime) / "skyd" / "skyd.sock"
     return home() / "run" / "skyd.sock"
 
@@ -55,7 +58,7 @@ def shared_socket_path() -> Path:
     """A shared daemon's second socket (``SKYD_SHARED_GROUP``), where the group's members
     reach it: ``SKYD_SHARED_SOCKET``, else ``/var/tmp/skyd-shared-<uid>/skyd.sock`` (a
     directory of its own: SKYD_HOME stays private)."""
-    env = os.environ.get("SKYD_SHARED_SOCKET")
+    env = settings.SHARED_SOCKET.raw()
     if env:
         return Path(env).expanduser()
     base = "/var/tmp" if os.path.isdir("/var/tmp") else "/tmp"

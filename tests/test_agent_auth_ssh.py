@@ -17,7 +17,7 @@ import pytest
 
 from skyd.clouds.base import ProvisionRequest
 from skyd.clouds.offering import Offering
-from skyd.clouds.ssh.provisioner import SSHProvisioner, _site
+from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_site
 from skyd.nodeagent.client import AgentClient
 from skyd.transports import agent_deploy
 from tests.fakes.sshhost import fake_hosts, make_keypair, write_pools
@@ -79,7 +79,7 @@ async def test_ssh_agent_credentials_squatter_and_restart(skyd_home: Path, tmp_p
 
             # A running agent of this version is kept, with its own credentials.
             t = p._node_transport(node)
-            info = await agent_deploy.start(t, _site(node, "ta"), handle.token, await p._zip())
+            info = await agent_deploy.start(t, agent_site(node, "ta"), handle.token, await p._zip())
             assert info["state"] == "running"
             assert (nd / "agent.key").read_bytes() == key
             assert not list(nd.glob(".next-*"))
@@ -97,7 +97,7 @@ async def test_ssh_agent_credentials_squatter_and_restart(skyd_home: Path, tmp_p
             time.sleep(0.3)
             squat = Squatter(int(old["port"]))
             try:
-                assert await agent_deploy.healthy(t, _site(node, "ta"), handle.token, timeout=3) is False
+                assert await agent_deploy.healthy(t, agent_site(node, "ta"), handle.token, timeout=3) is False
                 with anyio.fail_after(90):
                     handle = await p.ensure_agents(handle, lambda m: None)
                 new = json.loads((nd / "agent.json").read_text())

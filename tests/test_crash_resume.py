@@ -25,6 +25,7 @@ pytestmark = pytest.mark.anyio
 
 async def _store(home: Path) -> Any:
     from skyd.daemon.store import Store
+    from skyd.pipeline import schema  # noqa: F401 - the clusters' tables
 
     s = Store(home / "state.db")
     await s.open()

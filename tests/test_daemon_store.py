@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from skyd.daemon.schema import MIGRATIONS
+from skyd.daemon.schema import CORE_MIGRATIONS as MIGRATIONS
 from skyd.daemon.store import Store
+from skyd.jobs import schema as _jobs_schema  # noqa: F401 - the features' tables
+from skyd.pipeline import schema as _pipeline_schema  # noqa: F401
+from skyd.serve import schema as _serve_schema  # noqa: F401
 
 TABLES = {"requests", "clusters", "cluster_history", "cluster_jobs", "managed_jobs",
           "managed_job_attempts", "services", "replicas", "kv"}

@@ -53,6 +53,7 @@ def tc(api: FakeInstancesAPI, skyd_home: Path, monkeypatch: pytest.MonkeyPatch) 
 @pytest.fixture
 async def store(skyd_home: Path) -> AsyncIterator[Any]:
     from skyd.daemon.store import Store
+    from skyd.pipeline import schema  # noqa: F401 - the clusters' tables
 
     st = Store(skyd_home / "state.db")
     await st.open()

@@ -274,41 +274,38 @@ async def test_deploy_shares_the_daemon_and_prints_the_members_line(host: Host,
 
 
 def test_an_older_database_upgrades_with_rows_owned_by_the_daemon_user(tmp_path: Path) -> None:
-    """Schema v7 adds the owner columns; rows from before belong to the daemon's user."""
+    """The owner columns come with a migration step of each table's schema; rows from before
+    (a database made by schema v6, tests/data/state_db_v6.sql) belong to the daemon's user."""
     import anyio
 
-    from skyd.daemon import schema
+    import skyd.jobs.schema
+    import skyd.pipeline.schema
+    import skyd.serve.schema
+    import skyd.storage.schema  # noqa: F401 - the features' tables, as the daemon loads them
     from skyd.daemon.owners import daemon_user
     from skyd.daemon.store import Store
 
     db = tmp_path / "state.db"
-
-    async def old() -> None:
-        s = Store(db)
-        saved = schema.MIGRATIONS[:]
-        schema.MIGRATIONS[:] = saved[:6]
-        try:
-            await s.open()
-            await s.execute("INSERT INTO clusters (name, status) VALUES ('old', 'UP')")
-            await s.execute("INSERT INTO requests (id, verb, status, created_at) "
-                            "VALUES ('abcd1234', 'launch', 'SUCCEEDED', 0)")
-        finally:
-            schema.MIGRATIONS[:] = saved
-            await s.close()
+    with sqlite3.connect(db) as c:
+        c.executescript((Path(__file__).parent / "data" / "state_db_v6.sql").read_text())
+        c.execute("PRAGMA user_version = 6")
+        c.execute("INSERT INTO clusters (name, status) VALUES ('old', 'UP')")
+        c.execute("INSERT INTO requests (id, verb, status, created_at) "
+                  "VALUES ('abcd1234', 'launch', 'SUCCEEDED', 0)")
+    with sqlite3.connect(db) as c:
+        assert "user" not in {r[1] for r in c.execute("PRAGMA table_info(clusters)")}
 
     async def new() -> None:
         s = Store(db)
         await s.open()
         await s.close()
 
-    anyio.run(old)
-    with sqlite3.connect(db) as c:
-        assert "user" not in {r[1] for r in c.execute("PRAGMA table_info(clusters)")}
     anyio.run(new)
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT user FROM clusters").fetchall() == [(daemon_user(),)]
         assert c.execute("SELECT user FROM requests").fetchall() == [(daemon_user(),)]
-        assert "user" in {r[1] for r in c.execute("PRAGMA table_info(job_pools)")}
+        for table in ("managed_jobs", "job_pools", "services", "storage_buckets"):
+            assert "user" in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}, table
 
 
 async def test_every_mutation_of_another_users_object_is_refused(tmp_path: Path) -> None:

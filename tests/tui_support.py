@@ -15,11 +15,13 @@ from skyd import paths
 
 
 def seed_db(clusters: list[dict[str, Any]] = (), managed: int = 0) -> Path:  # type: ignore[assignment]
-    """Create the daemon's state DB (schema from skyd.daemon.schema) with rows in it,
+    """Create the daemon's state DB (the core's schema and the features') with rows in it,
     before the daemon starts (its status cache only sees its own writes)."""
     import anyio
 
     from skyd.daemon.store import Store
+    from skyd.jobs import schema as _jobs  # noqa: F401 - the features' tables
+    from skyd.pipeline import schema as _pipeline  # noqa: F401
 
     db = paths.db_path()
 

@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 
+from skyd import settings
 from skyd.cli.output import add_output_flag
 from skyd.errors import InvalidSpecError
 
@@ -72,7 +73,6 @@ def run_use(args: argparse.Namespace) -> int:
 
 
 def run_ls(args: argparse.Namespace) -> int:
-    import os
 
     from skyd.sdk.remote import load_contexts
 
@@ -84,15 +84,15 @@ def run_ls(args: argparse.Namespace) -> int:
     if args.output == "json":
         from skyd.cli.output import print_json
 
-        print_json({"current": cur, "override": os.environ.get("SKYD_HOST") or None,
+        print_json({"current": cur, "override": settings.HOST.get(),
                     "contexts": rows})
         return 0
     from skyd.cli.output import print_table
 
     print_table(rows, [("", lambda r: "*" if r["current"] else ""), ("NAME", "name"),
                        ("HOST", "host")])
-    if os.environ.get("SKYD_HOST"):
-        sys.stdout.write(f"(SKYD_HOST={os.environ['SKYD_HOST']} overrides the current context)\n")
+    if settings.HOST.is_set():
+        sys.stdout.write(f"(SKYD_HOST={settings.HOST.get()} overrides the current context)\n")
     return 0
 
 

@@ -65,6 +65,7 @@ def _apply_sharing(args: argparse.Namespace) -> None:
     """The sharing flags, as the environment the daemon reads (checked here first)."""
     import os
 
+    from skyd import settings
     from skyd.daemon.owners import ADMIN_GROUP_ENV, SHARED_GROUP_ENV, group_gid
     from skyd.errors import InvalidSpecError, SkydError
 
@@ -76,7 +77,7 @@ def _apply_sharing(args: argparse.Namespace) -> None:
             except SkydError as e:
                 raise InvalidSpecError(e.message, field=e.field, hint=e.hint) from None
             os.environ[env] = value
-    if getattr(args, "admin_group", None) and not os.environ.get(SHARED_GROUP_ENV):
+    if getattr(args, "admin_group", None) and not settings.SHARED_GROUP.get():
         raise InvalidSpecError("--admin-group only matters for a shared daemon",
                                field="--admin-group", hint="add --shared-group GROUP")
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skyd.errors import InvalidSpecError, SkydError
-from skyd.sdk.remote import DEFAULT_REMOTE_BIN, Target, _remote_path, remote_skyd, ssh_argv
+from skyd.sdk.remote import DEFAULT_REMOTE_BIN, Target, remote_path, remote_skyd, ssh_argv
 
 # Local credential files each name copies, to the same place under the host user's home.
 CREDENTIALS: dict[str, tuple[str, ...]] = {
@@ -68,7 +68,7 @@ def _run(t: Target, script: str, *, stdin: int | None = None, timeout: float = 1
     return r
 
 
-def _binary(arg: str | None) -> Path:
+def local_binary(arg: str | None) -> Path:
     if arg:
         p = Path(arg).expanduser()
         if not p.is_file():
@@ -112,8 +112,8 @@ def _credential_files(names: str) -> list[tuple[str, Path]]:
 def _put_file(t: Target, local: Path, remote: str, mode: str = "600") -> None:
     """Stream ``local`` to ``remote`` (``~/`` allowed) on the host: private from the first
     byte (umask 077), replaced atomically."""
-    dst = _remote_path(remote)
-    tmp = _remote_path(remote + ".skyd-new")
+    dst = remote_path(remote)
+    tmp = remote_path(remote + ".skyd-new")
     script = (f"umask 077 && mkdir -p \"$(dirname {dst})\" && cat > {tmp} && "
               f"chmod {mode} {tmp} && mv -f {tmp} {dst}")
     with open(local, "rb") as f:
@@ -135,11 +135,11 @@ def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | N
         if not all(c.isalnum() or c in "._-" for c in v):
             raise InvalidSpecError(f"group name {v!r} has characters a group name has not",
                                    field="--shared-group", hint="give the group's name")
-    bin_path = _binary(binary)
+    bin_path = local_binary(binary)
     creds = _credential_files(credentials) if credentials else []
     remote_bin = t.remote_bin or DEFAULT_REMOTE_BIN
     t = replace(t, remote_bin=remote_bin)
-    rb = _remote_path(remote_bin)
+    rb = remote_path(remote_bin)
     sha = _sha256(bin_path)
     probe = _run(t, f"if [ -f {rb} ]; then sha256sum {rb} | cut -d' ' -f1; else echo none; fi; "
                     "if systemctl --user show-environment >/dev/null 2>&1; then echo systemd; "

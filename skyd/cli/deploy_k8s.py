@@ -286,7 +286,7 @@ def deploy(t: KubeTarget, *, binary: str | None, image: str | None, upgrade: boo
            out: list[str]) -> KubeTarget:
     """Create or update the daemon's objects; returns the target with its context and
     namespace filled in (what clients should use)."""
-    from skyd.cli.deploy import _binary
+    from skyd.cli.deploy import local_binary
 
     t = resolve(t)
     if image is not None and binary is not None:
@@ -296,6 +296,6 @@ def deploy(t: KubeTarget, *, binary: str | None, image: str | None, upgrade: boo
     if image is not None and (not image.strip() or any(c.isspace() for c in image)):
         raise InvalidSpecError(f"--image {image!r} is not an image reference", field="--image",
                                hint="for example ghcr.io/me/skyd:1.2")
-    bin_path = _binary(binary) if image is None else None
+    bin_path = local_binary(binary) if image is None else None
     asyncio.run(_deploy(t, bin_path=bin_path, image=image, upgrade=upgrade, out=out))
     return t

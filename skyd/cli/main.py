@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+from skyd import settings
 from skyd.errors import SkydError
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         _deepest(parser, argv).error(
             "unrecognized arguments: " + " ".join(extra))
     if getattr(args, "daemon_host", None):
-        os.environ["SKYD_HOST"] = args.daemon_host  # the client reads it (skyd.sdk.remote)
+        os.environ[settings.HOST.name] = args.daemon_host  # the client reads it (skyd.sdk.remote)
     func = getattr(args, "func", None)
     if func is None:
         # A command group without its subcommand prints the group's help.
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 141
     except Exception as e:  # noqa: BLE001
-        if os.environ.get("SKYD_DEBUG"):
+        if settings.DEBUG.is_set():
             raise
         path = _save_traceback()
         err = SkydError(f"internal error: {type(e).__name__}: {e}",

@@ -150,6 +150,17 @@ def render_events(events: Any, *, out: TextIO | None = None, err: TextIO | None 
         r.close()
 
 
+def wait_result(client: Any, request_id: str) -> dict[str, Any]:
+    """The request's result, waited for quietly (no progress lines); its error raised."""
+    for ev in client.events(request_id, True):
+        if ev.get("type") == "result":
+            return dict(ev.get("result") or ev.get("data") or {})
+        if ev.get("type") == "error":
+            raise error_from_dict(ev.get("error") or ev)
+    row = client.get(f"/v1/requests/{request_id}")
+    return dict(row.get("result") or {})
+
+
 def follow_request(client: Any, request_id: str, *, out: TextIO | None = None,
                    err: TextIO | None = None, tty: bool | None = None,
                    show_plan: bool = True) -> Any:

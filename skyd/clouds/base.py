@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skyd import settings
 from skyd.clouds.offering import Offering
 
 if TYPE_CHECKING:
@@ -362,8 +362,8 @@ class Cloud(ABC):
     def provisioner(self) -> Provisioner: ...
 
     def attempt_timeout(self) -> float:
-        raw = os.environ.get("SKYD_PROVISION_TIMEOUT_S")
-        return float(raw) if raw else float(self.provision_timeout_s)
+        override = settings.PROVISION_TIMEOUT_S.get()
+        return override if override is not None else float(self.provision_timeout_s)
 
     async def close(self) -> None:
         """Release the provider's clients (the daemon calls it at shutdown)."""
@@ -457,7 +457,7 @@ def cloud_class(name: str) -> type[Cloud] | None:
 def provider_facts(name: str) -> ProviderFacts | None:
     """The facts of infra `name`: a provider's (its Cloud class), else those of a cloud
     skyd has a catalog for but no provider (:mod:`skyd.clouds.catalog_only`), else None."""
-    key = (name, os.environ.get("SKYD_CLOUD_PLUGINS", ""))
+    key = (name, settings.CLOUD_PLUGINS.get())
     if key not in _FACTS:
         cls = cloud_class(name)
         if cls is not None:

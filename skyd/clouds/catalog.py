@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from skyd import settings
 from skyd.clouds.catalog_csv import canonical_name, parse_rows
 from skyd.clouds.offering import Offering
 
@@ -276,7 +277,7 @@ def newest_cached(cloud: str) -> Path | None:
 
 def catalog_files(dir: str | os.PathLike[str] | None = None) -> tuple[list[CatalogSource], bool]:
     """Which file each cloud's catalog comes from; True when it is an override dir."""
-    override = dir if dir is not None else os.environ.get("SKYD_CATALOG_DIR") or None
+    override = dir if dir is not None else settings.CATALOG_DIR.get()
     if override is not None:
         p = Path(override)
         return [
@@ -310,7 +311,7 @@ def _read(src: CatalogSource) -> list[Offering]:
 
 def load_catalog(dir: str | os.PathLike[str] | None = None, *, reload: bool = False) -> Catalog:
     """The process-wide catalog (cached per override dir / SKYD_HOME)."""
-    override = dir if dir is not None else os.environ.get("SKYD_CATALOG_DIR") or None
+    override = dir if dir is not None else settings.CATALOG_DIR.get()
     key = (str(override or ""), "" if override else str(catalog_cache_dir()))
     with _lock:
         if not reload and key in _cache:

@@ -34,7 +34,7 @@ from typing import Any
 
 import anyio
 
-from skyd import fsutil, paths
+from skyd import fsutil, paths, settings
 from skyd.clouds import local_net
 from skyd.clouds.base import (
     NODE_RUNNING,
@@ -138,7 +138,7 @@ class LocalProvisioner(Provisioner):
 
         nd = Path(node.node_dir)
         spec = crt.ContainerSpec.from_dict(node.extra["container"])
-        want = os.environ.get("SKYD_CONTAINER_RUNTIME", "")
+        want = settings.CONTAINER_RUNTIME.get()
         await crt.ensure(LocalTransport(nd), spec, log, creds=login, want=want, label=f"node {node.rank}")
         node.extra["container"] = spec.to_dict()
         t = ContainerTransport(LocalTransport(nd), spec)

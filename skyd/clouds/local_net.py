@@ -24,15 +24,16 @@ import time
 
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import InvalidSpecError, ResourcesUnavailableError
+from skyd.sqlite_tx import immediate
 
-DEFAULT_NET = "127.0.0.0/24"
+DEFAULT_NET = settings.LOCAL_NET.default
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 def network() -> ipaddress.IPv4Network:
-    text = os.environ.get("SKYD_LOCAL_NET") or DEFAULT_NET
+    text = settings.LOCAL_NET.get()
     try:
         net = ipaddress.ip_network(text, strict=False)
     except ValueError as e:
@@ -70,34 +71,32 @@ def allocate_sync(cluster: str, n: int) -> list[str]:
     start = int.from_bytes(hashlib.sha256(str(paths.home().resolve()).encode()).digest()[:4], "big") % size
     conn = _db()
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute("SELECT address, cluster, rank FROM addresses").fetchall()
-        taken = {r[0] for r in rows}
-        mine = {int(r[2]): r[0] for r in rows if r[1] == cluster}
-        out: list[str] = []
-        i = 0
-        for rank in range(n):
-            if rank in mine:
-                out.append(mine[rank])
-                continue
-            while i < size:
-                cand = net.network_address + (start + i) % size
-                i += 1
-                if _usable(cand) and str(cand) not in taken:
-                    break
-            else:
-                conn.execute("ROLLBACK")
-                raise ResourcesUnavailableError(
-                    f"no free local node address left in {net} ({len(taken)} in use)",
-                    field="num_nodes", scope="cloud",
-                    hint="skyd down local clusters you no longer need, or set SKYD_LOCAL_NET to a larger range")
-            taken.add(str(cand))
-            out.append(str(cand))
-        now = time.time()
-        conn.execute("DELETE FROM addresses WHERE cluster = ? AND rank >= ?", (cluster, n))
-        for rank, addr in enumerate(out):
-            conn.execute("INSERT OR REPLACE INTO addresses VALUES (?, ?, ?, ?)", (addr, cluster, rank, now))
-        conn.execute("COMMIT")
+        with immediate(conn):
+            rows = conn.execute("SELECT address, cluster, rank FROM addresses").fetchall()
+            taken = {r[0] for r in rows}
+            mine = {int(r[2]): r[0] for r in rows if r[1] == cluster}
+            out: list[str] = []
+            i = 0
+            for rank in range(n):
+                if rank in mine:
+                    out.append(mine[rank])
+                    continue
+                while i < size:
+                    cand = net.network_address + (start + i) % size
+                    i += 1
+                    if _usable(cand) and str(cand) not in taken:
+                        break
+                else:
+                    raise ResourcesUnavailableError(
+                        f"no free local node address left in {net} ({len(taken)} in use)",
+                        field="num_nodes", scope="cloud",
+                        hint="skyd down local clusters you no longer need, or set SKYD_LOCAL_NET to a larger range")
+                taken.add(str(cand))
+                out.append(str(cand))
+            now = time.time()
+            conn.execute("DELETE FROM addresses WHERE cluster = ? AND rank >= ?", (cluster, n))
+            for rank, addr in enumerate(out):
+                conn.execute("INSERT OR REPLACE INTO addresses VALUES (?, ?, ?, ?)", (addr, cluster, rank, now))
         return out
     finally:
         conn.close()
@@ -108,10 +107,9 @@ def release_sync(cluster: str) -> list[str]:
         return []
     conn = _db()
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        out = [r[0] for r in conn.execute("SELECT address FROM addresses WHERE cluster = ?", (cluster,))]
-        conn.execute("DELETE FROM addresses WHERE cluster = ?", (cluster,))
-        conn.execute("COMMIT")
+        with immediate(conn):
+            out = [r[0] for r in conn.execute("SELECT address FROM addresses WHERE cluster = ?", (cluster,))]
+            conn.execute("DELETE FROM addresses WHERE cluster = ?", (cluster,))
         return out
     finally:
         conn.close()

@@ -58,9 +58,9 @@ def _key_lines(node: Any, prefix: Path_, out: dict[Path_, int]) -> None:
 def check_bounds(text: str, source: str) -> None:
     """The task loader's guard (size, depth, alias expansion: a "billion laughs" is ~400
     bytes) run on any YAML text before it is composed."""
-    from skyd.models.loader import _check_bounds  # the one guard, shared
+    from skyd.models.loader import check_text_bounds  # the one guard, shared
 
-    _check_bounds(text, source)
+    check_text_bounds(text, source)
 
 
 def safe_load_all(text: str, source: str) -> list[Any]:

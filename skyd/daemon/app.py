@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.daemon import diskspace, owners, registry
 from skyd.daemon.bus import EventBus
 from skyd.daemon.connections import (
@@ -52,7 +52,7 @@ class Daemon:
         self.store = Store(paths.db_path())
         self.bus = EventBus()
         self.requests = RequestManager(self)
-        self.grace = grace if grace is not None else float(os.environ.get("SKYD_SHUTDOWN_GRACE", "10"))
+        self.grace = grace if grace is not None else settings.SHUTDOWN_GRACE.get()
         self.started_mono = time.monotonic()
         self._tg: TaskGroup | None = None
         self._stop = anyio.Event()
@@ -114,7 +114,7 @@ class Daemon:
         # WAL, logs, request files, node directories and the agents it starts).
         old_umask = os.umask(PRIVATE_UMASK)
         # Jobs on local nodes run under the user's own umask, not the daemon's.
-        os.environ.setdefault("SKYD_JOB_UMASK", f"{old_umask:03o}")
+        os.environ.setdefault(settings.JOB_UMASK.name, f"{old_umask:03o}")
         try:
             private_mkdir(paths.home())
             prepare_socket_dir(self.socket_path)
@@ -339,8 +339,7 @@ def load_plugins() -> None:
     from skyd.daemon.plugins import PLUGIN_MODULES
 
     builtins.register()
-    extra = [m.strip() for m in os.environ.get("SKYD_EXTRA_PLUGINS", "").split(",") if m.strip()]
-    for name in [*PLUGIN_MODULES, *extra]:
+    for name in [*PLUGIN_MODULES, *settings.EXTRA_PLUGINS.get()]:
         importlib.import_module(name)
 
 
@@ -354,8 +353,8 @@ def setup_logging() -> None:
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     h._skyd = True  # type: ignore[attr-defined]
     root.addHandler(h)
-    root.setLevel(os.environ.get("SKYD_LOG_LEVEL", "INFO").upper())
-    if os.environ.get("SKYD_LOG_STDERR") or sys.stderr.isatty():
+    root.setLevel(settings.LOG_LEVEL.get().upper())
+    if settings.LOG_STDERR.get() or sys.stderr.isatty():
         s = logging.StreamHandler()
         s.setFormatter(h.formatter)
         s._skyd = True  # type: ignore[attr-defined]

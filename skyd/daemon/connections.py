@@ -20,32 +20,33 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections import OrderedDict
 from typing import Any
 
 import anyio
 from aiohttp import web
 
+from skyd import settings
+
 log = logging.getLogger("skyd.daemon.connections")
 
-DEFAULT_LIMIT = 1024
-DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_LIMIT = settings.MAX_CONNECTIONS.default
+DEFAULT_HEADER_TIMEOUT = settings.HEADER_TIMEOUT.default
 KEEPALIVE_TIMEOUT = 30.0
-BODY_TIMEOUT = float(os.environ.get("SKYD_BODY_TIMEOUT", "30"))
+BODY_TIMEOUT = settings.BODY_TIMEOUT.get()
 
 
 def limit_from_env() -> int:
     try:
-        return max(2, int(os.environ.get("SKYD_MAX_CONNECTIONS", DEFAULT_LIMIT)))
-    except ValueError:
+        return max(2, settings.MAX_CONNECTIONS.get())
+    except settings.SettingError:
         return DEFAULT_LIMIT
 
 
 def header_timeout_from_env() -> float:
     try:
-        return max(0.5, float(os.environ.get("SKYD_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT)))
-    except ValueError:
+        return max(0.5, settings.HEADER_TIMEOUT.get())
+    except settings.SettingError:
         return DEFAULT_HEADER_TIMEOUT
 
 

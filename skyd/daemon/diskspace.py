@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 
 log = logging.getLogger("skyd.daemon.diskspace")
 
@@ -31,9 +31,9 @@ FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 def reserve_bytes() -> int:
     try:
-        return max(0, int(os.environ.get("SKYD_DISK_RESERVE", str(1 << 20))))
-    except ValueError:
-        return 1 << 20
+        return max(0, settings.DISK_RESERVE.get())
+    except settings.SettingError:
+        return settings.DISK_RESERVE.default
 
 
 def reserve_path() -> Path:

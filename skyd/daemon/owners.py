@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from skyd import settings
 from skyd.errors import NotFoundError, SkydError
 
 SHARED_GROUP_ENV = "SKYD_SHARED_GROUP"
@@ -111,8 +112,8 @@ class Access:
 
     def __init__(self, shared_group: str | None = None, admin_group: str | None = None) -> None:
         self.uid = os.getuid()
-        shared = shared_group if shared_group is not None else os.environ.get(SHARED_GROUP_ENV)
-        admin = admin_group if admin_group is not None else os.environ.get(ADMIN_GROUP_ENV)
+        shared = shared_group if shared_group is not None else settings.SHARED_GROUP.get()
+        admin = admin_group if admin_group is not None else settings.ADMIN_GROUP.get()
         self.shared_gid = group_gid(shared, SHARED_GROUP_ENV) if shared else None
         self.admin_gid = group_gid(admin, ADMIN_GROUP_ENV) if admin else None
         self._cache: dict[int, tuple[float, Caller | None]] = {}

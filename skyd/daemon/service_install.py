@@ -4,7 +4,7 @@ The unit runs ``skyd daemon run`` (frozen binary) or ``<venv python> -m skyd.dae
 (an installed or editable venv) as ``Type=notify``: the daemon sends ``READY=1`` once its
 socket listens (skyd.daemon.notify). SKYD_HOME / SKYD_SOCKET / SKYD_CONFIG_DIR set at
 install time are written into the unit so the CLI in the same environment finds the
-service's socket. Stdlib only. Hardening choices are documented in docs/packaging.md.
+service's socket. Stdlib (and skyd.settings) only. Hardening choices are documented in docs/packaging.md.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skyd import settings
 from skyd.errors import SkydError
 
 UNIT_NAME = "skyd.service"
-ENV_KEYS = ("SKYD_HOME", "SKYD_SOCKET", "SKYD_CONFIG_DIR", "SKYD_CATALOG_DIR")
+ENV_KEYS = tuple(k.name for k in (settings.HOME, settings.SOCKET, settings.CONFIG_DIR,
+                                  settings.CATALOG_DIR))
 
 UNIT_TEMPLATE = """\
 # skyd daemon as a systemd user service. Written by `skyd daemon install-service`;
@@ -77,7 +79,7 @@ def exec_start_argv() -> list[str]:
     (its launcher sets SKYD_ONEFILE), which outlives that cache folder: a newer version
     cleans the folders no process runs from."""
     if getattr(sys, "frozen", False):
-        onefile = os.environ.get("SKYD_ONEFILE")
+        onefile = settings.ONEFILE.get()
         if onefile and os.path.isabs(onefile) and os.path.isfile(onefile):
             return [onefile, "daemon", "run"]
         return [os.path.realpath(sys.executable), "daemon", "run"]

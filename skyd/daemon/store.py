@@ -1,9 +1,19 @@
 """The state store: one SQLite file (WAL) under SKYD_HOME, via aiosqlite.
 
-Single writer: every write goes through :meth:`Store.tx`, serialised by an anyio lock,
-on the writer connection (``BEGIN IMMEDIATE`` ... ``COMMIT``). Reads use a second
-connection, so they see committed data only and never wait behind a long transaction.
-Inside a ``tx()`` block, read through the yielded connection to see your own writes.
+The one persistence layer of skyd: every feature's tables live in this file and every
+write goes through one of the two transaction forms below, serialised by an anyio lock on
+the writer connection (``BEGIN IMMEDIATE`` ... ``COMMIT``, retried while another process
+holds SQLite's write lock — skyd.sqlite_tx):
+
+* :meth:`Store.tx` — an async block (``async with store.tx() as db``);
+* :meth:`Store.write` — a synchronous function run in one hop on the writer's thread
+  (many small statements per transition, as the managed-jobs controllers do).
+
+Reads use a second connection, so they see committed data only and never wait behind a
+long transaction. Inside a transaction, read through its connection to see your own
+writes. The ``kv`` table is read and written through :class:`KV`'s statements only.
+The schema is the core's migrations plus the components features register
+(skyd.daemon.schema).
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ from typing import Any, TypeVar
 import aiosqlite
 import anyio
 
-from skyd.daemon.schema import MIGRATIONS
+from skyd.daemon import schema
 from skyd.errors import SkydError
+from skyd.sqlite_tx import BEGIN_RETRY_S, backoff, begin_immediate, is_locked
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -70,11 +81,13 @@ def decode_json(row: Row | None, cols: Iterable[str]) -> Row | None:
 class Store:
     """Async access to the daemon's SQLite state."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, write_lock: anyio.Lock | None = None) -> None:
+        """``write_lock``: share another Store's lock on the same file (one writer at a
+        time in this process: two connections never busy-wait on each other)."""
         self.path = Path(path)
         self._w: aiosqlite.Connection | None = None
         self._r: aiosqlite.Connection | None = None
-        self._wlock = anyio.Lock()
+        self._wlock = write_lock or anyio.Lock()
         #: bumped after every committed transaction; cheap cache invalidation for reads.
         self.generation = 0
         self._cache: dict[str, tuple[tuple[int, int, int, int], Any]] = {}
@@ -92,7 +105,7 @@ class Store:
         db = await aiosqlite.connect(str(self.path), isolation_level=None)
         db.row_factory = sqlite3.Row
         await db.execute("PRAGMA synchronous=NORMAL")
-        await db.execute("PRAGMA busy_timeout=5000")
+        await db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await db.execute("PRAGMA foreign_keys=ON")
         return db
 
@@ -109,7 +122,7 @@ class Store:
     @property
     def write_lock(self) -> anyio.Lock:
         """The lock every write transaction on this database file takes in this process
-        (other connections to the same file, e.g. the managed-jobs tables, share it)."""
+        (another Store on the same file shares it: ``Store(path, write_lock=...)``)."""
         return self._wlock
 
     @property
@@ -121,28 +134,61 @@ class Store:
         return int(list(row)[0][0])
 
     async def migrate(self) -> None:
-        """Apply every migration past the file's ``user_version``, each in one transaction."""
+        """Apply the core's migrations past the file's ``user_version``, then each
+        registered component's steps past its recorded version; each step in its own
+        transaction with its version bump (re-checked inside it: two processes opening one
+        file at once apply each step once)."""
         db = self._writer()
+        core = schema.CORE_MIGRATIONS
         current = await self.user_version()
-        if current > len(MIGRATIONS):
+        if current > len(core):
             raise RuntimeError(
                 f"state database {self.path} has schema version {current}, newer than this "
-                f"skyd ({len(MIGRATIONS)}); upgrade skyd"
+                f"skyd ({len(core)}); upgrade skyd"
             )
-        for version in range(current, len(MIGRATIONS)):
-            mig = MIGRATIONS[version]
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                if isinstance(mig, str):
-                    for stmt in _split_sql(mig):
-                        await db.execute(stmt)
-                else:
-                    await mig(db)
+        for version in range(current, len(core)):
+            async with self._step(db):
+                if await self.user_version() > version:
+                    continue
+                await _apply(db, core[version])
                 await db.execute(f"PRAGMA user_version = {version + 1}")
-                await db.execute("COMMIT")
+        for comp in schema.components():
+            have = await self._component_version(db, comp.name)
+            if have > len(comp.steps):
+                raise RuntimeError(
+                    f"state database {self.path} has {comp.name} schema version {have}, "
+                    f"newer than this skyd ({len(comp.steps)}); upgrade skyd"
+                )
+            for version in range(have, len(comp.steps)):
+                async with self._step(db):
+                    if await self._component_version(db, comp.name) > version:
+                        continue
+                    await _apply(db, comp.steps[version])
+                    await db.execute(
+                        "INSERT INTO schema_components(name, version) VALUES(?, ?) ON CONFLICT"
+                        "(name) DO UPDATE SET version = excluded.version",
+                        (comp.name, version + 1),
+                    )
+
+    @asynccontextmanager
+    async def _step(self, db: aiosqlite.Connection) -> AsyncIterator[None]:
+        """One migration step's transaction (commit on exit, rollback on error)."""
+        async with self._wlock:
+            await _begin_immediate(db)
+            try:
+                yield
             except BaseException:
-                await db.execute("ROLLBACK")
+                with anyio.CancelScope(shield=True):
+                    await db.execute("ROLLBACK")
                 raise
+            with anyio.CancelScope(shield=True):
+                await db.execute("COMMIT")
+
+    @staticmethod
+    async def _component_version(db: aiosqlite.Connection, name: str) -> int:
+        cur = await db.execute("SELECT version FROM schema_components WHERE name = ?", (name,))
+        row = await cur.fetchone()
+        return int(row[0]) if row is not None else 0
 
     # -- writes ----------------------------------------------------------------------
     def _writer(self) -> aiosqlite.Connection:
@@ -187,6 +233,39 @@ class Store:
             cur = await db.execute(sql, args)
             return cur.lastrowid or cur.rowcount
 
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` as one write transaction in a single hop to the writer's thread
+        (``fn`` is synchronous and runs where the sqlite3 connection lives). Shielded from
+        cancellation as a whole: a transition is fully on disk or not at all, and the
+        caller learns which."""
+        db = self._writer()
+
+        def run() -> T:
+            raw: sqlite3.Connection = db._conn  # noqa: SLF001 - on its own thread, see above
+            begin_immediate(raw)
+            try:
+                result = fn(raw)
+            except BaseException as e:
+                if not _on_write_error(e) or raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+            try:
+                raw.execute("COMMIT")
+            except BaseException as e:
+                with contextlib.suppress(sqlite3.Error):
+                    if raw.in_transaction:
+                        raw.execute("ROLLBACK")
+                _on_write_error(e)
+                raise
+            return result
+
+        with anyio.CancelScope(shield=True):
+            async with self._wlock:
+                result = await db._execute(run)  # noqa: SLF001 - aiosqlite's own thread
+                self.generation += 1
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover - the scope never swallows
+
     # -- reads -----------------------------------------------------------------------
     def _reader(self) -> aiosqlite.Connection:
         if self._r is None:
@@ -207,8 +286,11 @@ class Store:
     async def fetchone(
         self, sql: str, args: Sequence[Any] | dict[str, Any] = (), *, json_cols: Iterable[str] = ()
     ) -> Row | None:
-        async with self._reader().execute(sql, args) as cur:
-            r = await cur.fetchone()
+        # One hop that runs the statement to its end: a statement left open between hops
+        # would hold the reader's snapshot for every other task's read (a row committed
+        # just before could then be missed: read-after-write must hold).
+        rows = await self._reader().execute_fetchall(sql, args)
+        r = next(iter(rows), None)
         return decode_json(dict(r), json_cols) if r is not None else None
 
     # -- cache -----------------------------------------------------------------------
@@ -239,15 +321,52 @@ class Store:
 
     # -- kv --------------------------------------------------------------------------
     async def kv_get(self, key: str, default: Any = None) -> Any:
-        row = await self.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
-        return json.loads(row["value"]) if row else default
+        row = await self.fetchone(KV.GET, (key,))
+        return KV.decode(row["value"]) if row else default
 
     async def kv_set(self, key: str, value: Any) -> None:
-        await self.execute(
-            "INSERT INTO kv(key, value) VALUES(?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, dumps(value)),
-        )
+        await self.execute(KV.PUT, (key, dumps(value)))
+
+    async def kv_delete(self, key: str) -> None:
+        await self.execute(KV.DELETE, (key,))
+
+
+class KV:
+    """The ``kv`` table's statements (values are JSON text), for the Store's own methods and
+    for code inside a transaction: ``await KV.get(db, key)`` in a ``tx()`` block,
+    ``KV.get_sync(conn, key)`` in a ``write()`` function."""
+
+    GET = "SELECT value FROM kv WHERE key = ?"
+    PUT = ("INSERT INTO kv(key, value) VALUES(?, ?) "
+           "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+    DELETE = "DELETE FROM kv WHERE key = ?"
+
+    @staticmethod
+    def decode(text: str | None) -> Any:
+        return json.loads(text) if text is not None else None
+
+    @classmethod
+    async def get(cls, db: aiosqlite.Connection, key: str, default: Any = None) -> Any:
+        cur = await db.execute(cls.GET, (key,))
+        row = await cur.fetchone()
+        return cls.decode(row[0]) if row is not None else default
+
+    @classmethod
+    async def put(cls, db: aiosqlite.Connection, key: str, value: Any) -> None:
+        await db.execute(cls.PUT, (key, dumps(value)))
+
+    @classmethod
+    async def delete(cls, db: aiosqlite.Connection, key: str) -> None:
+        await db.execute(cls.DELETE, (key,))
+
+    @classmethod
+    def get_sync(cls, conn: sqlite3.Connection, key: str, default: Any = None) -> Any:
+        row = conn.execute(cls.GET, (key,)).fetchone()
+        return cls.decode(row[0]) if row is not None else default
+
+    @classmethod
+    def put_sync(cls, conn: sqlite3.Connection, key: str, value: Any) -> None:
+        conn.execute(cls.PUT, (key, dumps(value)))
 
 
 def _on_write_error(exc: BaseException) -> bool:
@@ -298,11 +417,13 @@ def _full(path: Path) -> bool:
     return st.f_bavail == 0
 
 
-async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> None:
-    """BEGIN IMMEDIATE, retried while another process holds SQLite's write lock past the
-    busy timeout (right after a crash, WAL recovery can also answer "locked" at once)."""
-    deadline = anyio.current_time() + budget
-    delay = 0.01
+BUSY_TIMEOUT_MS = 5000
+
+
+async def _begin_immediate(db: aiosqlite.Connection, budget: float = BEGIN_RETRY_S) -> None:
+    """skyd.sqlite_tx.begin_immediate for the async connection: the same retry and backoff,
+    sleeping on the event loop (cancellable between attempts)."""
+    delays = backoff(budget, anyio.current_time)
     while True:
         try:
             await db.execute("BEGIN IMMEDIATE")
@@ -318,27 +439,15 @@ async def _begin_immediate(db: aiosqlite.Connection, budget: float = 60.0) -> No
                     await db.execute("ROLLBACK")
             raise
         except sqlite3.OperationalError as e:
-            if "locked" not in str(e) and "busy" not in str(e):
-                raise
-            if anyio.current_time() >= deadline:
+            delay = next(delays, None) if is_locked(e) else None
+            if delay is None:
                 raise
         await anyio.sleep(delay)
-        delay = min(delay * 2, 0.25)
 
 
-def _split_sql(script: str) -> list[str]:
-    """Split a migration script into statements (no semicolons inside literals please)."""
-    out: list[str] = []
-    buf: list[str] = []
-    for line in script.splitlines():
-        stripped = line.split("--", 1)[0]
-        buf.append(stripped)
-        if stripped.rstrip().endswith(";"):
-            stmt = "\n".join(buf).strip()
-            if sqlite3.complete_statement(stmt):
-                out.append(stmt)
-                buf = []
-    tail = "\n".join(buf).strip()
-    if tail:
-        out.append(tail)
-    return out
+async def _apply(db: aiosqlite.Connection, step: schema.Migration) -> None:
+    if isinstance(step, str):
+        for stmt in schema.split_sql(step):
+            await db.execute(stmt)
+    else:
+        await step(db)

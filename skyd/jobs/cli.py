@@ -221,7 +221,7 @@ def launch_payload(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_launch(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
-    from skyd.cli.progress import follow_request
+    from skyd.cli.progress import follow_request, wait_result
 
     client = get_client()
     rid = client.submit("jobs.launch", launch_payload(args))
@@ -229,7 +229,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
     if print_async(args, rid):
         return 0
-    result = follow_request(client, rid) if args.output == "table" else _wait(client, rid)
+    result = follow_request(client, rid) if args.output == "table" else wait_result(client, rid)
     job_id = int(result["job_id"])
     ids = [int(i) for i in result.get("job_ids") or [job_id]]
     if args.output == "json":
@@ -244,18 +244,6 @@ def run_launch(args: argparse.Namespace) -> int:
         sys.stdout.write(f"  follow: skyd jobs logs {job_id}\n  queue:  skyd jobs queue\n")
         return 0
     return _print_logs(client, job_id, follow=True, controller=False)
-
-
-def _wait(client: Any, rid: str) -> dict[str, Any]:
-    from skyd.errors import error_from_dict
-
-    for ev in client.events(rid, True):
-        if ev.get("type") == "result":
-            return dict(ev.get("result") or ev.get("data") or {})
-        if ev.get("type") == "error":
-            raise error_from_dict(ev.get("error") or ev)
-    row = client.get(f"/v1/requests/{rid}")
-    return dict(row.get("result") or {})
 
 
 COLUMNS: list[tuple[str, Any]] = [
@@ -295,6 +283,7 @@ def run_queue(args: argparse.Namespace) -> int:
 
 def run_cancel(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.cli.progress import wait_result
     from skyd.errors import InvalidSpecError, SkydError
 
     if not args.ids and not args.name and not args.all:
@@ -304,7 +293,7 @@ def run_cancel(args: argparse.Namespace) -> int:
     if getattr(args, "all_users", None):  # -a -u: every user's (an admin of a shared daemon)
         body["all_users"] = True
     rid = client.submit("jobs.cancel", body)
-    moved = _wait(client, rid).get("cancelled") or []
+    moved = wait_result(client, rid).get("cancelled") or []
     if moved:
         sys.stdout.write(f"Cancelling managed job(s): {', '.join(map(str, moved))}\n")
     for jid in args.ids or []:

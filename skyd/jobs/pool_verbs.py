@@ -17,8 +17,9 @@ import anyio
 
 from skyd.daemon.registry import register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError
+from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
 from skyd.jobs.pools import worker_name
-from skyd.jobs.verbs import _manager
+from skyd.jobs.verbs import require_manager
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -73,7 +74,7 @@ async def check_pool_down(payload: dict[str, Any]) -> None:
 
 
 async def pool_apply(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
-    m = _manager()
+    m = require_manager()
     name = str(payload["name"])
     task = await anyio.to_thread.run_sync(_load_task, payload)
     workers = await m.pools.apply(name, task, _workers(payload, task), ctx.log)
@@ -85,7 +86,7 @@ async def pool_apply(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, 
 
 
 async def pool_down(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
-    m = _manager()
+    m = require_manager()
     names = [str(n) for n in payload.get("names") or []]
     if payload.get("all"):
         names = [p["name"] for p in await m.pools.pools()]
@@ -103,7 +104,7 @@ async def pool_down(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, A
 
 
 async def pool_status(ctx: ReadContext, request: web.Request) -> Any:
-    m = _manager()
+    m = require_manager()
     want = request.query.get("name")
     out = []
     for p in await m.pools.pools():
@@ -129,7 +130,7 @@ async def pool_status(ctx: ReadContext, request: web.Request) -> Any:
 
 
 async def pool_logs(ctx: ReadContext, request: web.Request) -> Any:
-    m = _manager()
+    m = require_manager()
     name = request.match_info["name"]
     if await m.pools.get(name) is None:
         raise NotFoundError(f"no worker pool {name!r}", field="pool",

@@ -1,7 +1,7 @@
 """Managed-job worker pools: N long-lived worker clusters `<pool>-w<i>` that managed jobs
 submitted with `--pool` run on, one job per worker at a time.
 
-State (tables job_pools / job_pool_workers, see skyd.daemon.schema.POOL_SCHEMA) is committed
+State (tables job_pools / job_pool_workers, the `jobs` component, skyd.jobs.schema) is committed
 before anything acts on it: a worker row (PROVISIONING) exists before its cluster is
 launched, a row is TERMINATING before its cluster is torn down, and a job's claim on a
 worker (job_pool_workers.job_id) is one transaction. Worker status: PROVISIONING → READY |
@@ -50,27 +50,21 @@ class PoolManager:
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, name: str) -> dict[str, Any] | None:
-        async with self.db.conn.execute("SELECT * FROM job_pools WHERE name=?", (name,)) as cur:
-            row = await cur.fetchone()
-        return dict(row) if row is not None else None
+        return await self.db.fetchone("SELECT * FROM job_pools WHERE name=?", (name,))
 
     async def pools(self) -> list[dict[str, Any]]:
-        async with self.db.conn.execute("SELECT * FROM job_pools ORDER BY name") as cur:
-            return [dict(r) for r in await cur.fetchall()]
+        return await self.db.fetchall("SELECT * FROM job_pools ORDER BY name")
 
     async def workers(self, name: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM job_pool_workers"
         params: tuple[str, ...] = ()
         if name is not None:
             sql, params = sql + " WHERE pool=?", (name,)
-        async with self.db.conn.execute(sql + " ORDER BY pool, idx", params) as cur:
-            return [dict(r) for r in await cur.fetchall()]
+        return await self.db.fetchall(sql + " ORDER BY pool, idx", params)
 
     async def is_worker(self, cluster: str) -> bool:
-        async with self.db.conn.execute(
-            "SELECT 1 FROM job_pool_workers WHERE cluster=?", (cluster,)
-        ) as cur:
-            return await cur.fetchone() is not None
+        row = await self.db.fetchone("SELECT 1 FROM job_pool_workers WHERE cluster=?", (cluster,))
+        return row is not None
 
     async def require(self, name: str) -> dict[str, Any]:
         row = await self.get(name)
@@ -125,7 +119,7 @@ class PoolManager:
                            " VALUES (?, ?, ?, 'PROVISIONING')",
                            (name, idx, worker_name(name, idx)))  # fmt: skip
 
-        await self.db._write(fn)
+        await self.db.write(fn)
         await self._converge(name, log)
         return [w["cluster"] for w in await self.workers(name)]
 
@@ -139,7 +133,7 @@ class PoolManager:
             db.execute("UPDATE job_pool_workers SET status='TERMINATING' WHERE pool=?", (name,))
             return True
 
-        if not await self.db._write(fn):
+        if not await self.db.write(fn):
             raise NotFoundError(f"no worker pool {name!r}", field="pool",
                                 hint="see `skyd jobs pool status`")  # fmt: skip
         self._notify()
@@ -181,7 +175,7 @@ class PoolManager:
                 if left == 0:
                     db.execute("DELETE FROM job_pools WHERE name=?", (name,))
 
-            await self.db._write(fn)
+            await self.db.write(fn)
 
     async def _set(self, w: dict[str, Any], fields: dict[str, Any]) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
@@ -190,7 +184,7 @@ class PoolManager:
             db.execute(f"UPDATE job_pool_workers SET {sets} WHERE pool=? AND idx=?",
                        (*fields.values(), w["pool"], w["idx"]))  # fmt: skip
 
-        await self.db._write(fn)
+        await self.db.write(fn)
         self._notify()
 
     async def _provision(self, w: dict[str, Any], task: dict[str, Any], log: LogFn) -> None:
@@ -228,7 +222,7 @@ class PoolManager:
         def fn(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM job_pool_workers WHERE pool=? AND idx=?", (w["pool"], w["idx"]))
 
-        await self.db._write(fn)
+        await self.db.write(fn)
         self._notify()
 
     async def resume(self) -> None:
@@ -263,7 +257,7 @@ class PoolManager:
 
         while True:
             changed = self._changed
-            got = await self.db._write(fn)
+            got = await self.db.write(fn)
             if got is not None:
                 return got
             with anyio.move_on_after(1.0):  # also polls: a worker freed by another process
@@ -271,11 +265,9 @@ class PoolManager:
 
     async def release(self, job_id: int) -> None:
         """The job is done with its worker; a worker being removed goes now."""
-        async with self.db.conn.execute(
-            "SELECT 1 FROM job_pool_workers WHERE job_id=?", (job_id,)
-        ) as cur:
-            if await cur.fetchone() is None:  # not a pool job (or already handed back)
-                return
+        if await self.db.fetchone("SELECT 1 FROM job_pool_workers WHERE job_id=?",
+                                  (job_id,)) is None:  # not a pool job (or already handed back)
+            return
 
         def fn(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             rows = db.execute("SELECT pool, idx, cluster, status FROM job_pool_workers WHERE"
@@ -283,7 +275,7 @@ class PoolManager:
             db.execute("UPDATE job_pool_workers SET job_id=NULL WHERE job_id=?", (job_id,))
             return [tuple(r) for r in rows]
 
-        rows = await self.db._write(fn)
+        rows = await self.db.write(fn)
         self._notify()
         for pool, idx, cluster, status in rows:
             p = await self.get(str(pool))

@@ -115,12 +115,6 @@ class SimClusterOps:
         self._save()
         return hit
 
-    def preempt_where(
-        self, region: str | None = None, zone: str | None = None
-    ) -> list[str]:
-        b = Block(None, region, zone)
-        return self.preempt([c.name for c in self.clusters.values() if b.matches(c.cloud, c.region, c.zone)])
-
     def preempt_fraction(self, fraction: float, rng: random.Random) -> list[str]:
         now = self.clock()
         up = [c.name for c in self.clusters.values() if c.state == "UP" and not self._preempted(c, now)]

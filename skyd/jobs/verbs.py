@@ -14,15 +14,16 @@ used (tests, demos).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from skyd import settings
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
+from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
 from skyd.jobs.controller import JobsConfig
 from skyd.jobs.manager import JobsManager, current_manager, resume_all
 from skyd.jobs.ops import ClusterOps
@@ -39,10 +40,11 @@ def _config() -> JobsConfig:
 
     cfg = JobsConfig(log_dir=paths.logs_dir() / "jobs")
     cfg.log_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-    if os.environ.get("SKYD_JOBS_BACKOFF"):
-        cfg.backoff_initial = float(os.environ["SKYD_JOBS_BACKOFF"])
-    if os.environ.get("SKYD_JOBS_POLL"):
-        cfg.poll_interval = float(os.environ["SKYD_JOBS_POLL"])
+    backoff, poll = settings.JOBS_BACKOFF.get(), settings.JOBS_POLL.get()
+    if backoff is not None:
+        cfg.backoff_initial = backoff
+    if poll is not None:
+        cfg.poll_interval = poll
         cfg.user_failure_grace = min(cfg.user_failure_grace, cfg.poll_interval)
     return cfg
 
@@ -53,19 +55,18 @@ async def _startup(daemon: Daemon) -> None:
 
     set_publisher(daemon.bus.publish)
 
-    if os.environ.get("SKYD_JOBS_SIM") == "1":
+    if settings.JOBS_SIM.get():
         from skyd.jobs.sim import SimClusterOps
 
         ops: ClusterOps = SimClusterOps(
             state_file=paths.home() / "jobs-sim.json",
-            default_duration=float(os.environ.get("SKYD_JOBS_SIM_DURATION") or 1.0),
+            default_duration=settings.JOBS_SIM_DURATION.get(),
         )
     else:
         from skyd.jobs.pipeline_ops import PipelineClusterOps
 
         ops = PipelineClusterOps(daemon.store)
-    # Own connection, sharing the store's write lock (one writer at a time in this process).
-    db = await JobsDB.open(paths.db_path(), lock=daemon.store.write_lock)
+    db = JobsDB(daemon.store)  # the daemon's one store (the jobs component's tables)
     from skyd.jobs import job_secrets
 
     await job_secrets.sweep(db)  # files of jobs that ended (or were never created)
@@ -73,7 +74,7 @@ async def _startup(daemon: Daemon) -> None:
 
 
 async def _shutdown(daemon: Daemon) -> None:
-    """Close our connection (its worker thread would otherwise keep the process alive)."""
+    """Stop the controllers (the store itself is the daemon's to close)."""
     try:
         m = current_manager()
     except RuntimeError:
@@ -92,7 +93,7 @@ def _started() -> bool:
     return True
 
 
-def _manager() -> JobsManager:
+def require_manager() -> JobsManager:
     try:
         return current_manager()
     except RuntimeError:
@@ -111,7 +112,7 @@ async def jobs_launch(ctx: RequestContext, payload: dict[str, Any]) -> dict[str,
         with anyio.move_on_after(30):
             while not _started():
                 await anyio.sleep(0.05)
-    m = _manager()
+    m = require_manager()
     docs, per_task = await anyio.to_thread.run_sync(_load_docs, payload)  # YAML parsing
     pool = payload.get("pool") or None
     n = int(payload.get("num_jobs") or 1)
@@ -220,7 +221,7 @@ def _docs_of(dag: Any) -> list[dict[str, Any]]:
 async def jobs_cancel(ctx: RequestContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Cancel managed jobs by id, by name, or all."""
     ids = [int(i) for i in payload.get("ids") or []]
-    moved = await _manager().cancel(
+    moved = await require_manager().cancel(
         ids=ids or None, name=payload.get("name"), all_jobs=bool(payload.get("all"))
     )
     ctx.log(f"Cancelling managed job(s) {moved}" if moved else "No active job matched")
@@ -234,7 +235,7 @@ def _flag(v: str | None) -> bool:
 async def jobs_queue(ctx: ReadContext, request: web.Request) -> Any:
     """Managed jobs, newest first."""
     statuses = request.query.getall("status", []) or None
-    return await _manager().queue(skip_finished=_flag(request.query.get("skip_finished")),
+    return await require_manager().queue(skip_finished=_flag(request.query.get("skip_finished")),
                                   statuses=statuses)  # fmt: skip
 
 
@@ -250,7 +251,7 @@ def _job_id(request: web.Request) -> int:
 
 async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
     """One managed job with its attempts."""
-    m = _manager()
+    m = require_manager()
     jid = _job_id(request)
     row = await m.db.get_job(jid)
     if row is None:
@@ -262,7 +263,7 @@ async def jobs_get(ctx: ReadContext, request: web.Request) -> Any:
 
 async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
     """The job's output (or the controller's log with ?controller=1), as ndjson."""
-    m = _manager()
+    m = require_manager()
     jid = _job_id(request)
     row = await m.db.get_job(jid)
     if row is None:

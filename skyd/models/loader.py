@@ -30,7 +30,7 @@ from skyd.models.envsubst import substitute_tree
 from skyd.models.expand import expand_resources
 from skyd.models.parsing import parse_duration
 from skyd.models.storage import is_bucket_uri, resolve_local
-from skyd.models.task import Task, _str_scalars, note_load
+from skyd.models.task import Task, note_load, str_scalars
 
 # SkyPilot's top-level task keys (utils/schemas.py get_task_schema) + skyd's estimated_runtime.
 TASK_KEYS: tuple[str, ...] = (
@@ -57,7 +57,7 @@ def _refuse(source: str, msg: str, mark: Any, hint: str) -> InvalidSpecError:
     return InvalidSpecError(f"{source}: {msg}", line=line, hint=hint)
 
 
-def _check_bounds(text: str, source: str) -> None:
+def check_text_bounds(text: str, source: str) -> None:
     """Refuse, before composing anything, YAML that is too big, nests too deep, or whose
     aliases expand past MAX_ALIAS_NODES (a "billion laughs" bomb is ~400 bytes). Runs on
     PyYAML's event stream, which is iterative: any depth is safe to scan."""
@@ -169,7 +169,7 @@ def _raw_scalars(d: Any, field: str, lines: LineMap | None) -> Any:
 
 def _parse_yaml(text: str, source: str) -> list[tuple[Any, dict[Path, int]]]:
     try:
-        _check_bounds(text, source)
+        check_text_bounds(text, source)
         docs = list(yaml.safe_load_all(text))
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as e:
@@ -311,14 +311,14 @@ def _scalars_each(v: Any, what: str, lines: LineMap | None,
     (recorded in ``errors``) and is left out."""
     if not isinstance(v, dict):
         try:
-            return _str_scalars(v, what, True)
+            return str_scalars(v, what, True)
         except PydanticCustomError as e:
             errors.append(custom_to_spec(e, (what,), lines))
             return {}
     out: dict[str, str | None] = {}
     for k, val in v.items():
         try:
-            out.update(_str_scalars({k: val}, what, True))
+            out.update(str_scalars({k: val}, what, True))
         except PydanticCustomError as e:
             errors.append(custom_to_spec(e, (what,), lines))
     return out

@@ -73,7 +73,7 @@ def load_lines(task: Task) -> Any:
     return _LOAD_NOTES.get(id(task), ((), None))[1]
 
 
-def _str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
+def str_scalars(v: Any, what: str, allow_none: bool) -> dict[str, str | None]:
     """envs/secrets: keys must be env names; numbers/bools become strings (as SkyPilot)."""
     if v is None:
         return {}
@@ -164,12 +164,12 @@ class Task(SpecModel):
     @field_validator("envs", mode="before")
     @classmethod
     def _envs(cls, v: Any) -> Any:
-        return _str_scalars(v, "envs", allow_none=True)
+        return str_scalars(v, "envs", allow_none=True)
 
     @field_validator("secrets", mode="before")
     @classmethod
     def _secrets(cls, v: Any) -> Any:
-        return _str_scalars(v, "secrets", allow_none=True)
+        return str_scalars(v, "secrets", allow_none=True)
 
     @field_validator("num_nodes", mode="before")
     @classmethod

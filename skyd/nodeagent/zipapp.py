@@ -102,9 +102,11 @@ def build_zipapp(out_path: Path, *, deps_dirs: Sequence[str] | None = None,
     `compat_dir`: a --target directory of COMPAT_PINS (see compat_deps), packed under _py38/
     for nodes with Python 3.8/3.9."""
     dirs: list[str] = list(deps_dirs or [])
-    env_dir = os.environ.get("SKYD_AGENT_DEPS_DIR")
-    if env_dir:
-        dirs.append(env_dir)
+    from skyd import settings  # (daemon side: the zipapp itself holds no skyd.settings)
+
+    env_dir = settings.AGENT_DEPS_DIR.get()
+    if env_dir is not None:
+        dirs.append(str(env_dir))
     pkg = Path(__file__).resolve().parent
     files: dict[str, bytes] = {"__main__.py": MAIN.encode(), "skyd/__init__.py": SKYD_INIT.encode()}
     _collect(pkg, "skyd/nodeagent", files)

@@ -19,6 +19,7 @@ import anyio
 
 from skyd.clouds.base import get_cloud, registered_clouds
 from skyd.errors import SkydError
+from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 
 CHECK_TIMEOUT_S = 20.0
 

@@ -14,6 +14,7 @@ from typing import Any
 from skyd.clouds.base import ClusterHandle, PartialHandle
 from skyd.daemon.owners import current_user
 from skyd.errors import NotFoundError
+from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 
 INIT, UP, STOPPED = "INIT", "UP", "STOPPED"
 

@@ -14,15 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline.locks import _LOCKS, cluster_lock
+from skyd.pipeline.locks import cluster_lock, is_busy
 from skyd.pipeline.provision import forget
 
 log = logging.getLogger("skyd.leaks")
-
-
-def _busy(name: str) -> bool:
-    lock = _LOCKS.get(name)
-    return lock is not None and lock.locked()
 
 
 async def leak_pass(store: Any, names: Iterable[str] | None = None) -> list[str]:
@@ -32,7 +27,7 @@ async def leak_pass(store: Any, names: Iterable[str] | None = None) -> list[str]
     cleaned: list[str] = []
     for partial in await cdb.half_made(store):
         name = partial.cluster_name
-        if (only is not None and name not in only) or _busy(name):
+        if (only is not None and name not in only) or is_busy(name):
             continue
         async with cluster_lock(name):
             row = await cdb.get_cluster(store, name)

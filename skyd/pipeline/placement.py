@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyd.clouds.offering import Offering
 from skyd.models.resources import DEFAULT_DISK_SIZE_GB  # "not asked for": the provider's default
+from skyd.solver.request import fmt_count
 
 if TYPE_CHECKING:
     from skyd.models.resources import Resources
@@ -38,9 +39,6 @@ class Resolved:
     gpu_vendor: str | None  # "nvidia" | "amd" for the offering's accelerator, else None
     cpus: float  # CPUs a job asks of its node (SkyPilot's 0.5 when the entry names none)
 
-
-def _n(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def image_for(image: Any, region: str | None) -> str | None:
@@ -110,7 +108,7 @@ class Placement:
     def describe(self) -> str:
         o = self.offering
         loc = "/".join(p for p in (o.cloud, o.region, o.zone) if p)
-        acc = f" {o.accelerator}:{_n(o.accelerator_count)}" if o.accelerator else ""
+        acc = f" {o.accelerator}:{fmt_count(o.accelerator_count)}" if o.accelerator else ""
         spot = " [spot]" if self.use_spot else ""
         nodes = f" x{self.num_nodes}" if self.num_nodes > 1 else ""
         return f"{loc} {o.instance_type}{acc}{spot}{nodes} (${self.hourly_cost:.2f}/h)"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyd.solver import plan_to_json
-from skyd.solver.plan import Choice, _row
+from skyd.solver.plan import Choice, plan_row
 
 
 def _key(c: Choice) -> tuple[Any, ...]:
@@ -82,7 +82,7 @@ def format_planned(planned: Any, tasks: list[Any] | None = None) -> str:
     for v, (t, task) in enumerate(zip(best.tasks, _tasks(planned, tasks), strict=True)):
         got = considered(planned, v, task)
         any_chosen = any_chosen or any(r.chosen for r in got)
-        cells = [_row(r.choice, "✔" if r.chosen else "") + [r.column()] for r in got]
+        cells = [plan_row(r.choice, "✔" if r.chosen else "") + [r.column()] for r in got]
         widths = [max(len(header[i]), *(len(r[i]) for r in cells)) for i in range(len(header))]
         lines.append(f"Considered resources for task {t.name!r} (sorted by {what}):")
         lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())

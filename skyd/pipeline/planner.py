@@ -20,7 +20,7 @@ from skyd.clouds.base import ClusterHandle, get_cloud, registered_clouds
 from skyd.clouds.offering import Offering
 from skyd.errors import ClusterStateError, InvalidSpecError, ResourcesUnavailableError
 from skyd.pipeline.placement import Placement, Resolved, cpu_demand, placements_of, resolve_entry
-from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest
+from skyd.solver.request import Block, DagRequest, ResourceRequest, TaskRequest, fmt_count
 
 if TYPE_CHECKING:
     from skyd.models.resources import Resources
@@ -34,9 +34,6 @@ __all__ = ["Block", "Choice", "Placement", "Planned", "RankedChoices", "plan_dag
 #: name in the planner's vocabulary.
 Choice = Placement
 
-
-def _n(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _num(s: str | None) -> tuple[float | None, bool]:
@@ -481,7 +478,7 @@ def _mismatch(r: Resources, handle: ClusterHandle) -> str | None:
     if acc:
         have = handle.accelerators.get(acc[0], 0)
         if have < float(acc[1]):
-            return f"{acc[0]}:{_n(float(acc[1]))} (cluster has {_fmt_accs(handle)})"
+            return f"{acc[0]}:{fmt_count(float(acc[1]))} (cluster has {_fmt_accs(handle)})"
     return _container_mismatch(r, handle)
 
 
@@ -588,7 +585,7 @@ def _container_mismatch(r: Any, handle: ClusterHandle) -> str | None:
 
 
 def _fmt_accs(handle: ClusterHandle) -> str:
-    return ", ".join(f"{k}:{_n(v)}" for k, v in handle.accelerators.items()) or "no GPUs"
+    return ", ".join(f"{k}:{fmt_count(v)}" for k, v in handle.accelerators.items()) or "no GPUs"
 
 
 def workdir_path(task: Task) -> str:

@@ -20,7 +20,6 @@ last plan lists every attempt and why it failed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from skyd.clouds.base import (
     requested_features,
 )
 from skyd.daemon.owners import current_user
+from skyd.daemon.store import KV
 from skyd.errors import (
     CredentialsError,
     FailoverScope,
@@ -334,18 +334,16 @@ async def provision_token(store: Any, request_id: str, name: str) -> str:
     """
     key = f"provision-token:{request_id}:{name}"
     async with store.tx() as db:
-        cur = await db.execute("SELECT value FROM kv WHERE key = ?", (key,))
-        row = await cur.fetchone()
-        if row is not None:
-            return str(json.loads(row[0]))
+        known = await KV.get(db, key)
+        if known is not None:
+            return str(known)
         token = secrets.token_urlsafe(24)
-        await db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (key, json.dumps(token)))
+        await KV.put(db, key, token)
     return token
 
 
 async def drop_provision_token(store: Any, request_id: str, name: str) -> None:
-    async with store.tx() as db:
-        await db.execute("DELETE FROM kv WHERE key = ?", (f"provision-token:{request_id}:{name}",))
+    await store.kv_delete(f"provision-token:{request_id}:{name}")
 
 
 def inside_pin(choices: list[Placement], pin: dict[str, Any] | None) -> list[Placement]:

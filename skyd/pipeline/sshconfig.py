@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 
 HEADER = "# Added by skyd for cluster {name} (`skyd down {name}` removes it)\n"
 KEY_NAME = "skyd-ssh-ed25519"
@@ -119,7 +119,8 @@ def render(handle: Any) -> str | None:
         elif handle.cloud == "kubernetes" and node.extra.get("context"):
             priv, pub = client_key()
             # the proxy runs from the user's shell: it gets this daemon's view of the infra
-            pinned = [f"{k}={os.environ[k]}" for k in ("KUBECONFIG", "SKYD_HOME", "SKYD_CONFIG_DIR")
+            pinned = [f"{k}={os.environ[k]}" for k in
+                      ("KUBECONFIG", settings.HOME.name, settings.CONFIG_DIR.name)
                       if os.environ.get(k)]
             proxy = [*(["env", *pinned] if pinned else []), *skyd_command(), "ssh-proxy",
                      "kubernetes", "--context", str(node.extra["context"]),
@@ -152,7 +153,7 @@ def _atomic_write(path: Path, text: str, mode: int) -> None:
 
 def ensure_include() -> str | None:
     """Add the Include line to ~/.ssh/config once; returns what was done, to be said."""
-    if os.environ.get("SKYD_SSH_CONFIG") == "off":
+    if settings.SSH_CONFIG.get() == "off":
         return None
     cfg = user_config()
     line = include_line()

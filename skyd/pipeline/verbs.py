@@ -2,29 +2,27 @@
 
 Verbs (requests): launch (resumable), exec, stop, start, down, autostop, cancel.
 Reads: queue, job logs (a raw byte stream), status refresh, cost-report.
-A background task refreshes cluster state every REFRESH_S (autostop, dead agents).
+A background task refreshes cluster state every $SKYD_REFRESH_S (autostop, dead agents).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
 import anyio
 
+from skyd import settings
 from skyd.clouds.base import close_clouds, get_cloud
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
-from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle
+from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle, locks
 from skyd.pipeline import clusters_db as cdb
+from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 from skyd.pipeline.agents import agent
 
 log = logging.getLogger("skyd.pipeline.verbs")
-
-# SKYD_REFRESH_S: tests and benchmarks shorten the refresher period.
-REFRESH_S = float(os.environ.get("SKYD_REFRESH_S") or 10.0)
 
 
 async def _addresses(ctx: Any, request: Any) -> Any:
@@ -180,21 +178,15 @@ async def _check(ctx: Any, request: Any) -> Any:
 async def _refresher(daemon: Any) -> None:
     """Keeps cluster rows honest: autostopped nodes, dead agents, vanished instances."""
     while True:
-        await anyio.sleep(REFRESH_S)
+        await anyio.sleep(settings.REFRESH_S.get())  # tests shorten it
         for r in await daemon.store.fetchall("SELECT name, status FROM clusters"):
-            if r["status"] == cdb.INIT and r["name"] in _busy():
+            if r["status"] == cdb.INIT and r["name"] in locks.busy():
                 continue
             try:
                 with anyio.move_on_after(30):  # one stuck node must not stall the rest
                     await lifecycle.refresh_cluster(daemon.store, r["name"], repair=False)
             except Exception:  # noqa: BLE001 - next round tries again
                 pass
-
-
-def _busy() -> set[str]:
-    from skyd.pipeline.locks import _LOCKS
-
-    return {n for n, lock in _LOCKS.items() if lock.locked()}
 
 
 async def _leak_pass(daemon: Any) -> None:

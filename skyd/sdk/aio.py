@@ -22,7 +22,7 @@ from urllib.parse import quote
 import aiohttp
 import anyio
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 from skyd.sdk import payloads
 from skyd.sdk.transport import (
@@ -30,9 +30,9 @@ from skyd.sdk.transport import (
     REQUEST_ID_HEADER,
     DaemonBusy,
     RequestIdTaken,
-    _raise_for,
-    _url,
     ensure_daemon,
+    raise_for,
+    request_url,
     socket_answers,
 )
 
@@ -49,7 +49,7 @@ class AsyncClient:
         if self._relay is not None:
             self.socket_path = self._relay.path
         if autostart is None:
-            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+            autostart = not settings.NO_AUTOSTART.get()
         self.autostart = autostart and target is None
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
@@ -84,7 +84,7 @@ class AsyncClient:
         request may be sent again whatever happened to the first try (a submit under a
         client-chosen id): while the daemon is gone it is restarted (when allowed) and the
         request resent, for up to REATTACH_TIMEOUT seconds."""
-        url = "http://skyd" + _url(path, params)
+        url = "http://skyd" + request_url(path, params)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         hdrs = {"Content-Type": "application/json"} if data is not None else {}
         hdrs.update(headers or {})
@@ -116,7 +116,7 @@ class AsyncClient:
             if resp.status >= 400:
                 raw = await resp.read()
                 resp.release()
-                _raise_for(resp.status, raw)
+                raise_for(resp.status, raw)
             return resp
 
     def _unavailable(self, e: BaseException) -> DaemonUnavailableError:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from skyd import settings
 from skyd.errors import InvalidSpecError
 
 OVERRIDES = ("gpus", "cpus", "memory", "infra", "instance_type", "num_nodes", "use_spot",
@@ -141,8 +142,8 @@ def config_sources(cli: list[str] | None = None, cwd: str | None = None) -> dict
 def catalog_dir() -> str | None:
     """The caller's SKYD_CATALOG_DIR, sent with each request: a running daemon plans with
     the catalogs of the shell that asks, not of the one that started it."""
-    d = os.environ.get("SKYD_CATALOG_DIR") or None
-    return os.path.abspath(d) if d else None
+    d = settings.CATALOG_DIR.get()
+    return os.path.abspath(d) if d is not None else None
 
 
 def exec_payload(source: dict[str, Any], *, cluster_name: str,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import InvalidSpecError, SkydError
 from skyd.sdk.kubehost import KubeTarget, is_k8s, parse_k8s
 
@@ -105,7 +105,7 @@ def parse_ssh(url: str, *, remote_bin: str | None = None,
     if host.startswith("-") or (parts.username or "").startswith("-"):
         raise InvalidSpecError(f"daemon host {url!r} is not a host name", field="SKYD_HOST",
                                hint="use ssh://[user@]host[:port]")
-    extra = tuple(shlex.split(os.environ.get("SKYD_SSH_OPTS", "")))
+    extra = tuple(shlex.split(settings.SSH_OPTS.get()))
     return Target(host=host, user=unquote(parts.username) if parts.username else None,
                   port=port, remote_bin=remote_bin or _first(q, "bin"),
                   remote_home=remote_home or _first(q, "home"), ssh_options=extra,
@@ -167,7 +167,7 @@ def context_target(name: str, doc: dict[str, Any] | None = None) -> AnyTarget | 
 def resolve_target() -> AnyTarget | None:
     """The daemon to talk to: ``SKYD_HOST`` (``--host`` sets it), else the current context;
     None means the local daemon."""
-    env = os.environ.get("SKYD_HOST", "").strip()
+    env = (settings.HOST.get() or "").strip()
     if env:
         if env in ("local", "unix://") or env.startswith("unix://"):
             return None
@@ -226,15 +226,15 @@ def remote_skyd(t: Target, *args: str, launcher: str = "exec") -> str:
     tail = " ".join(shlex.quote(a) for a in args)
     env = f"SKYD_HOME={shlex.quote(t.remote_home)} " if t.remote_home else ""
     if t.remote_socket:  # a shared daemon: dial-stdio connects there, never starts one
-        env += f"SKYD_SOCKET={_remote_path(t.remote_socket)} SKYD_SHARED_DIAL=1 "
+        env += f"SKYD_SOCKET={remote_path(t.remote_socket)} SKYD_SHARED_DIAL=1 "
     if t.remote_bin:
-        return f"{env}{launcher} {_remote_path(t.remote_bin)} {tail}"
-    default = _remote_path(DEFAULT_REMOTE_BIN)
+        return f"{env}{launcher} {remote_path(t.remote_bin)} {tail}"
+    default = remote_path(DEFAULT_REMOTE_BIN)
     return (f"if [ -x {default} ]; then {env}{launcher} {default} {tail}; "
             f"else {env}{launcher} skyd {tail}; fi")
 
 
-def _remote_path(p: str) -> str:
+def remote_path(p: str) -> str:
     """Quote a path for the remote shell, keeping a leading ``~/`` expandable."""
     if p.startswith("~/"):
         return '"$HOME"/' + shlex.quote(p[2:])
@@ -275,7 +275,7 @@ def ensure_forward(t: Target, *, force: bool = False) -> str | None:
     if t.remote_socket:
         # A daemon shared by another user of the host: its socket is known; this user need
         # not have skyd there (the forward goes straight to it). It is never started here.
-        sock = _remote_path(t.remote_socket)
+        sock = remote_path(t.remote_socket)
         script = f"if [ -S {sock} ]; then echo {sock}; else echo 'no shared skyd daemon " \
                  f"listens on '{sock}' (its owner starts it)' >&2; exit 1; fi"
     else:
@@ -529,12 +529,12 @@ def dial_stdio(print_socket: bool = False) -> int:
     from skyd.sdk.transport import ensure_daemon
 
     sp = str(paths.socket_path())
-    if os.environ.get("SKYD_SHARED_DIAL"):  # another user's shared daemon: never start one
+    if settings.SHARED_DIAL.get():  # another user's shared daemon: never start one
         if not _answers(sp):
             os.write(2, f"no shared skyd daemon answers on {sp} (its owner starts it: "
                         f"skyd daemon start --shared-group GROUP)\n".encode())
             return 1
-    elif os.environ.get("SKYD_NO_AUTOSTART", "") not in ("", "0"):
+    elif settings.NO_AUTOSTART.get():
         # A daemon someone else runs (a pod's main process, skyd.cli.deploy_k8s): wait for
         # its socket rather than starting a second one beside it.
         import time

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import DaemonUnavailableError, SkydError, error_from_dict
 from skyd.sdk.kubehost import KubeTarget
 
@@ -67,7 +67,7 @@ def _connect_unix(path: str, timeout: float | None) -> socket.socket:
             raise
 
 
-def _url(path: str, params: dict[str, Any] | None) -> str:
+def request_url(path: str, params: dict[str, Any] | None) -> str:
     if not path.startswith("/"):
         path = "/" + path
     if not path.startswith("/v1/"):
@@ -88,7 +88,7 @@ class DaemonBusy(DaemonUnavailableError):
     """Every connection the daemon admits is serving a request (503): retry shortly."""
 
 
-def _raise_for(status: int, data: bytes) -> None:
+def raise_for(status: int, data: bytes) -> None:
     try:
         doc = json.loads(data) if data else {}
     except ValueError:
@@ -118,7 +118,7 @@ class Client:
         # itself there, so this client never starts one).
         self.target = None if socket_path is not None else resolve_target()
         if autostart is None:
-            autostart = os.environ.get("SKYD_NO_AUTOSTART", "") in ("", "0")
+            autostart = not settings.NO_AUTOSTART.get()
         self.autostart = autostart and self.target is None
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
@@ -283,11 +283,11 @@ class Client:
     def request(self, method: str, path: str, body: Any = None,
                 params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
                 idempotent: bool = False) -> Any:
-        _, resp = self._open(method, _url(path, params), body, fresh=False, timeout=self.timeout,
+        _, resp = self._open(method, request_url(path, params), body, fresh=False, timeout=self.timeout,
                              headers=headers, idempotent=idempotent)
         data = resp.read()
         if resp.status >= 400:
-            _raise_for(resp.status, data)
+            raise_for(resp.status, data)
         return json.loads(data) if data else None
 
     def put_file(self, path: str, body: Any) -> Any:
@@ -295,7 +295,7 @@ class Client:
         size = os.fstat(body.fileno()).st_size
         conn = self._new_conn(None)
         try:
-            conn.request("PUT", _url(path, None), body=body,
+            conn.request("PUT", request_url(path, None), body=body,
                          headers={"Content-Type": "application/x-tar",
                                   "Content-Length": str(size)})
             resp = conn.getresponse()
@@ -305,7 +305,7 @@ class Client:
             raise self._unavailable(e, conn) from None
         conn.close()
         if resp.status >= 400:
-            _raise_for(resp.status, data)
+            raise_for(resp.status, data)
         return json.loads(data) if data else None
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
@@ -321,10 +321,10 @@ class Client:
     def stream_bytes(self, path: str, params: dict[str, Any] | None = None,
                      method: str = "GET", body: Any = None) -> Iterator[bytes]:
         """Raw chunks of a streamed response (own connection, no read timeout)."""
-        conn, resp = self._open(method, _url(path, params), body, fresh=True, timeout=None)
+        conn, resp = self._open(method, request_url(path, params), body, fresh=True, timeout=None)
         try:
             if resp.status >= 400:
-                _raise_for(resp.status, resp.read())
+                raise_for(resp.status, resp.read())
             while True:
                 chunk = resp.read1(65536)
                 if not chunk:
@@ -513,7 +513,7 @@ def _spawn_and_wait(sp: str, deadline: float) -> bool:
     private_mkdir(logs)
     env = dict(os.environ)
     env.pop("NOTIFY_SOCKET", None)
-    env["SKYD_SOCKET"] = sp
+    env[settings.SOCKET.name] = sp
     if getattr(sys, "frozen", False):
         # A frozen daemon must be its own instance: it outlives this CLI process, whose
         # unpacked bundle (onefile) is removed when it exits.

@@ -18,8 +18,9 @@ import time
 from collections import deque
 from pathlib import Path
 
+from skyd import settings
+
 BUFFER = 50_000
-DEFAULT_MAX_BYTES = 8 << 20
 
 # (wall time, replica id or None, status (0: none), response bytes, latency s, method, url)
 Entry = tuple[float, int | None, int, int, float, bytes, bytes]
@@ -73,7 +74,7 @@ def write_entries(path: Path, entries: deque[Entry], dropped: int, limit: int) -
 
 
 def max_bytes() -> int:
-    return int(os.environ.get("SKYD_SERVE_ACCESS_LOG_MAX") or DEFAULT_MAX_BYTES)
+    return settings.SERVE_ACCESS_LOG_MAX.get()
 
 
 def append_rotating(path: Path, text: str, limit: int) -> None:

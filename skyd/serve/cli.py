@@ -84,12 +84,12 @@ def run_up(args: argparse.Namespace) -> int:
     client = get_client()
     rid = client.submit("serve.up", payload)
     from skyd.cli.compat_flags import print_async
-    from skyd.jobs.cli import _wait
+    from skyd.cli.progress import wait_result
 
     if print_async(args, rid):
         return 0
 
-    out = _wait(client, rid)
+    out = wait_result(client, rid)
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -106,7 +106,7 @@ def run_update(args: argparse.Namespace) -> int:
 
     from skyd.cli.client import get_client
     from skyd.cli.compat_flags import print_async, task_flags_payload
-    from skyd.jobs.cli import _wait
+    from skyd.cli.progress import wait_result
     from skyd.sdk.payloads import config_sources, read_task_file
 
     path = Path(args.yaml)
@@ -119,7 +119,7 @@ def run_update(args: argparse.Namespace) -> int:
     rid = client.submit("serve.update", payload)
     if print_async(args, rid):
         return 0
-    out = _wait(client, rid)
+    out = wait_result(client, rid)
     sys.stdout.write(f"Service {out['name']}: updating to version {out['version']} "
                      f"({args.mode}); watch with `skyd serve status {out['name']}`\n")
     return 0
@@ -180,8 +180,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_down(args: argparse.Namespace) -> int:
     from skyd.cli.client import get_client
+    from skyd.cli.progress import wait_result
     from skyd.errors import InvalidSpecError
-    from skyd.jobs.cli import _wait
 
     if not args.names and not args.all:
         raise InvalidSpecError("say which services to take down", hint="skyd serve down NAME | -a")
@@ -189,7 +189,7 @@ def run_down(args: argparse.Namespace) -> int:
     rid = client.submit("serve.down", {"names": args.names, "all": args.all})
     sys.stdout.write("Taking down (removing the replicas' clusters)...\n")
     sys.stdout.flush()
-    names = _wait(client, rid).get("down") or []
+    names = wait_result(client, rid).get("down") or []
     sys.stdout.write(f"Service(s) down: {', '.join(names)}\n" if names else "No service.\n")
     return 0
 

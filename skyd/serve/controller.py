@@ -10,7 +10,6 @@ an unfinished teardown is finished.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from skyd import settings
 from skyd.serve import status as st
 from skyd.serve.autoscalers import Autoscaler, Decision, autoscaler_for
 from skyd.serve.lb import LoadBalancer
@@ -29,13 +29,12 @@ if TYPE_CHECKING:
 
 JOB_ENDED = frozenset({"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"})
 MAX_FAILED_LAUNCHES = 3
-DEFAULT_PROBE_INTERVAL = 10.0
 DEFAULT_FAILURE_TIMEOUT = 180.0
 
 
 def lb_class() -> type[LoadBalancer]:
     """The raw-protocol proxy (httptools) unless SKYD_SERVE_LB=aiohttp or it is missing."""
-    if os.environ.get("SKYD_SERVE_LB") != "aiohttp":
+    if settings.SERVE_LB.get() != "aiohttp":
         try:
             from skyd.serve.fastlb import FastLoadBalancer
         except ImportError:
@@ -177,7 +176,7 @@ class ServiceController:
         probe = svc["spec"]["service"].get("readiness_probe") or {}
         v = probe.get("endpoint_probe_interval_seconds")
         if v is None:
-            v = float(os.environ.get("SKYD_SERVE_PROBE_INTERVAL") or DEFAULT_PROBE_INTERVAL)
+            v = settings.SERVE_PROBE_INTERVAL.get()
         return max(0.05, float(v))
 
     async def _step(self, tg: Any, svc: dict[str, Any]) -> None:

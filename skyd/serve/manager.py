@@ -3,7 +3,6 @@ service, resumed at daemon start from SQLite."""
 
 from __future__ import annotations
 
-import os
 import ssl
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from skyd import settings
 from skyd.daemon.owners import acting_as
 from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.serve import status as st
@@ -37,8 +37,8 @@ class ServeManager:
         self.spawn = spawn
         self.log_dir = log_dir
         self._publish = publish
-        self.host = os.environ.get("SKYD_SERVE_HOST") or "127.0.0.1"
-        self.qps_window = float(os.environ.get("SKYD_SERVE_QPS_WINDOW") or 60)
+        self.host = settings.SERVE_HOST.get()
+        self.qps_window = settings.SERVE_QPS_WINDOW.get()
         self.controllers: dict[str, ServiceController] = {}
         _current[:] = [self]
 

@@ -15,13 +15,11 @@ provisions.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
+from skyd import settings
 from skyd.jobs.ops import Block
-
-DEFAULT_MEMORY_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class Attempt:
 
 
 def memory_s() -> float:
-    return float(os.environ.get("SKYD_SERVE_PREEMPTION_MEMORY") or DEFAULT_MEMORY_S)
+    return settings.SERVE_PREEMPTION_MEMORY.get()
 
 
 def wants_spot(task: dict[str, Any]) -> bool:

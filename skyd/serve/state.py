@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from skyd.daemon.owners import current_user
+from skyd.serve import schema as _schema  # noqa: F401 - registers the tables
 from skyd.serve import status as st
 
 SERVICE_JSON = ("spec",)
@@ -97,21 +98,17 @@ class ServeDB:
             await db.execute("DELETE FROM replicas WHERE service = ? AND replica_id = ?",
                              (service, rid))
 
-    # -- preemptions (the spot placer's memory) ----------------------------------------
-    PREEMPTIONS_DDL = ("CREATE TABLE IF NOT EXISTS serve_preemptions (service TEXT NOT NULL,"
-                       " cloud TEXT NOT NULL, region TEXT, zone TEXT, at REAL NOT NULL)")
+    # -- preemptions (the spot placer's memory; table from skyd.serve.schema) ----------
 
     async def record_preemption(self, service: str, cloud: str, region: str | None,
                                 zone: str | None) -> None:
         async with self.store.tx() as db:
-            await db.execute(self.PREEMPTIONS_DDL)
             await db.execute("INSERT INTO serve_preemptions VALUES (?,?,?,?,?)",
                              (service, cloud, region, zone, time.time()))
 
     async def recent_preemptions(self, service: str, since: float) -> list[tuple[str, str | None, str | None]]:
         """(cloud, region, zone) of the service's preemptions after `since`; older rows go."""
         async with self.store.tx() as db:
-            await db.execute(self.PREEMPTIONS_DDL)
             await db.execute("DELETE FROM serve_preemptions WHERE at < ?", (since,))
             cur = await db.execute("SELECT cloud, region, zone FROM serve_preemptions"
                                    " WHERE service = ? ORDER BY at", (service,))

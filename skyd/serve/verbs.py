@@ -18,6 +18,7 @@ import anyio
 
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
+from skyd.serve import schema as _schema  # noqa: F401 - registers the tables
 from skyd.serve.manager import ServeManager, current_manager
 
 if TYPE_CHECKING:

@@ -16,14 +16,14 @@ _LOCAL: dict[str, Any] = {}  # request ids of reads answered at once -> their re
 _LOCK = threading.Lock()
 
 
-def _local(result: Any) -> str:
+def answered_now(result: Any) -> str:
     rid = "local-" + secrets.token_hex(4)
     with _LOCK:
         _LOCAL[rid] = result
     return rid
 
 
-def _source(task: Any) -> dict[str, Any]:
+def source_of(task: Any) -> dict[str, Any]:
     """A Task, a Dag, a YAML path or YAML text -> skyd's task source."""
     import yaml
 
@@ -61,7 +61,7 @@ def launch(task: Any, cluster_name: str | None = None, retry_until_up: bool = Fa
     from skyd.sdk import payloads
 
     minimize = "time" if str(getattr(optimize_target, "name", optimize_target) or "").upper() == "TIME" else "cost"
-    body = payloads.launch_payload(_source(task), cluster_name=cluster_name, dryrun=dryrun,
+    body = payloads.launch_payload(source_of(task), cluster_name=cluster_name, dryrun=dryrun,
                                    idle_minutes=idle_minutes_to_autostop, down=down,
                                    no_setup=no_setup, retry_until_up=retry_until_up,
                                    minimize=minimize, detach_run=True)
@@ -76,7 +76,7 @@ def exec(task: Any, cluster_name: str | None = None, dryrun: bool = False,  # no
         raise TypeError("exec() missing required argument: 'cluster_name'")
     from skyd.sdk import payloads
 
-    return str(_c().submit("exec", payloads.exec_payload(_source(task), cluster_name=cluster_name,
+    return str(_c().submit("exec", payloads.exec_payload(source_of(task), cluster_name=cluster_name,
                                                         detach_run=True)))
 
 
@@ -97,7 +97,7 @@ def status(cluster_names: Any = None, refresh: Any = False, all_users: bool = Fa
 
     names = _names(cluster_names)
     rows = sdk.status(names)
-    return _local([_record(r) for r in rows])
+    return answered_now([_record(r) for r in rows])
 
 
 def _record(r: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def _record(r: dict[str, Any]) -> dict[str, Any]:
 def queue(cluster_name: str, skip_finished: bool = False, all_users: bool = False) -> str:
     from skyd import sdk
 
-    return _local(sdk.queue(cluster_name, skip_finished=skip_finished))
+    return answered_now(sdk.queue(cluster_name, skip_finished=skip_finished))
 
 
 def _lifecycle(verb: str, cluster_name: str, purge: bool = False) -> str:
@@ -174,7 +174,7 @@ def tail_logs(cluster_name: str, job_id: int | None, follow: bool, tail: int = 0
 def optimize(dag: Any, minimize: Any = None, admin_policy_request_options: Any = None) -> str:
     from skyd.sdk import payloads
 
-    body = payloads.launch_payload(_source(dag), dryrun=True)
+    body = payloads.launch_payload(source_of(dag), dryrun=True)
     return str(_c().submit("launch", body))
 
 

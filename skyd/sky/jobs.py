@@ -12,9 +12,9 @@ def launch(task: Any, name: str | None = None, pool: str | None = None,
         raise TypeError(f"jobs.launch() got an unexpected keyword argument {sorted(kw)[0]!r}")
     from skyd import sdk
     from skyd.sdk import payloads
-    from skyd.sky.api import _source
+    from skyd.sky.api import source_of
 
-    body = payloads.jobs_launch_payload(_source(task), name=name)
+    body = payloads.jobs_launch_payload(source_of(task), name=name)
     if pool:
         body["pool"] = pool
     if num_jobs is not None:
@@ -25,12 +25,12 @@ def launch(task: Any, name: str | None = None, pool: str | None = None,
 def queue(refresh: bool = False, skip_finished: bool = False, all_users: bool = False,
           job_ids: list[int] | None = None, **kw: Any) -> str:
     from skyd import sdk
-    from skyd.sky.api import _local
+    from skyd.sky.api import answered_now
 
     rows = sdk.jobs_queue(skip_finished=skip_finished)
     if job_ids:
         rows = [r for r in rows if r.get("job_id", r.get("id")) in set(job_ids)]
-    return _local(rows)
+    return answered_now(rows)
 
 
 def cancel(name: str | None = None, job_ids: list[int] | None = None, all: bool = False,  # noqa: A002

@@ -10,33 +10,33 @@ def up(task: Any, service_name: str, **kw: Any) -> str:
         raise TypeError(f"serve.up() got an unexpected keyword argument {sorted(kw)[0]!r}")
     from skyd import sdk
     from skyd.sdk import payloads
-    from skyd.sky.api import _source
+    from skyd.sky.api import source_of
 
-    body = {**_source(task), "name": service_name, "env": {}, "config": payloads.config_sources()}
+    body = {**source_of(task), "name": service_name, "env": {}, "config": payloads.config_sources()}
     return str(sdk.client().submit("serve.up", body))
 
 
 def update(task: Any, service_name: str, mode: Any = "rolling") -> str:
     from skyd import sdk
     from skyd.sdk import payloads
-    from skyd.sky.api import _source
+    from skyd.sky.api import source_of
 
     m = str(getattr(mode, "value", mode) or "rolling").lower()
-    body = {**_source(task), "name": service_name, "mode": m, "env": {},
+    body = {**source_of(task), "name": service_name, "mode": m, "env": {},
             "config": payloads.config_sources()}
     return str(sdk.client().submit("serve.update", body))
 
 
 def status(service_names: str | list[str] | None = None) -> str:
     from skyd.sdk import serve as s
-    from skyd.sky.api import _local
+    from skyd.sky.api import answered_now
 
     if isinstance(service_names, str):
         service_names = [service_names]
     rows = s.status()
     if service_names:
         rows = [r for r in rows if r.get("name") in set(service_names)]
-    return _local(rows)
+    return answered_now(rows)
 
 
 def down(service_names: str | list[str] | None, all: bool = False, purge: bool = False) -> str:  # noqa: A002

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from skyd.clouds.catalog import IMPLEMENTED, Catalog
 from skyd.clouds.offering import Offering
 from skyd.errors import ResourcesUnavailableError
-from skyd.solver.request import Block, ResourceRequest, TaskRequest, _n
+from skyd.solver.request import Block, ResourceRequest, TaskRequest, fmt_count
 
 DEFAULT_CPUS = 8.0  # no cpus/memory/accelerator given: SkyPilot's default "8+" vCPUs ...
 DEFAULT_MEM_PER_CPU = 4.0  # ... with at least 4 GiB per vCPU
@@ -110,16 +110,16 @@ def _source_rows(req: ResourceRequest, cat: Catalog) -> tuple[Sequence[Offering]
                 if not have:
                     return (), _unknown_type(req.instance_type, cat)
                 o = have[0]
-                what = f"{o.accelerator}:{_n(o.accelerator_count)}" if o.accelerator else "no accelerator"
-                return (), f"instance type {req.instance_type} has {what}, not {acc}:{_n(count)}"
+                what = f"{o.accelerator}:{fmt_count(o.accelerator_count)}" if o.accelerator else "no accelerator"
+                return (), f"instance type {req.instance_type} has {what}, not {acc}:{fmt_count(count)}"
         if not rows:
             all_rows = cat.by_accelerator(acc)
             counts = sorted({o.accelerator_count for o in all_rows})
             largest = counts[-1]
             top = [o for o in all_rows if o.accelerator_count == largest]
             return (), (
-                f"no instance has {_n(count)} {acc}; offered counts: "
-                f"{', '.join(_n(c) for c in counts)}; the largest is {_n(largest)} ({_clouds_str(top)})"
+                f"no instance has {fmt_count(count)} {acc}; offered counts: "
+                f"{', '.join(fmt_count(c) for c in counts)}; the largest is {fmt_count(largest)} ({_clouds_str(top)})"
             )
         return rows, None
     if req.instance_type:
@@ -200,20 +200,20 @@ def launchables(
     if cpus is not None and (req.accelerator or req.instance_type):
         if req.cpus_plus:
             stages.append((lambda o: o.vcpus >= cpus,
-                           lambda r: f"needs {_n(cpus)}+ vCPUs; the most offered is {_n(max(o.vcpus for o in r))}"))
+                           lambda r: f"needs {fmt_count(cpus)}+ vCPUs; the most offered is {fmt_count(max(o.vcpus for o in r))}"))
         else:
             stages.append((lambda o: o.vcpus == cpus,
-                           lambda r: f"needs exactly {_n(cpus)} vCPUs; offered: "
-                           + ", ".join(_n(v) for v in sorted({o.vcpus for o in r}))))
+                           lambda r: f"needs exactly {fmt_count(cpus)} vCPUs; offered: "
+                           + ", ".join(fmt_count(v) for v in sorted({o.vcpus for o in r}))))
     if mem is not None:
         if req.memory_plus:
             stages.append((lambda o: o.memory_gib >= mem,
-                           lambda r: f"needs {_n(mem)}+ GiB memory; the most offered is "
-                           f"{_n(max(o.memory_gib for o in r))} GiB"))
+                           lambda r: f"needs {fmt_count(mem)}+ GiB memory; the most offered is "
+                           f"{fmt_count(max(o.memory_gib for o in r))} GiB"))
         else:
             stages.append((lambda o: o.memory_gib == mem,
-                           lambda r: f"needs exactly {_n(mem)} GiB memory; offered: "
-                           + ", ".join(_n(v) for v in sorted({o.memory_gib for o in r})[:8])))
+                           lambda r: f"needs exactly {fmt_count(mem)} GiB memory; offered: "
+                           + ", ".join(fmt_count(v) for v in sorted({o.memory_gib for o in r})[:8])))
     stages.append((lambda o: o.hourly(spot) is not None,
                    lambda r: ("no spot offering (on-demand only here)" if spot
                               else "no on-demand offering (spot only here)")))

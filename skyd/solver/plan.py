@@ -86,7 +86,7 @@ def _acc(c: Choice) -> str:
     return ", ".join(f"{k}:{_num(v)}" for k, v in c.accelerators.items())
 
 
-def _row(c: Choice, mark: str) -> list[str]:
+def plan_row(c: Choice, mark: str) -> list[str]:
     infra = f"{c.cloud} ({c.region}{', ' + c.zone if c.zone else ''})"
     nodes = f"{c.num_nodes}x " if c.num_nodes > 1 else ""
     return [
@@ -106,7 +106,7 @@ def format_plan_table(plan: Plan) -> str:
     lines: list[str] = []
     header = ["INFRA", "INSTANCE", "vCPUs", "Mem(GB)", "GPUS", "COST ($/h)", "CHOSEN"]
     for t in plan.tasks:
-        rows = [_row(t.chosen, "✔")] + [_row(a, "") for a in t.alternatives]
+        rows = [plan_row(t.chosen, "✔")] + [plan_row(a, "") for a in t.alternatives]
         widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
         lines.append(f"Considered resources for task {t.name!r} (sorted by {what}):")
         lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())

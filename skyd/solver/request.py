@@ -25,13 +25,13 @@ class ResourceRequest:
         """Short human form used in error messages, e.g. ``A100:8 on aws in us-east-1``."""
         parts: list[str] = []
         if self.accelerator:
-            parts.append(f"{self.accelerator}:{_n(self.accelerator_count)}")
+            parts.append(f"{self.accelerator}:{fmt_count(self.accelerator_count)}")
         if self.instance_type:
             parts.append(self.instance_type)
         if self.cpus is not None:
-            parts.append(f"cpus={_n(self.cpus)}{'+' if self.cpus_plus else ''}")
+            parts.append(f"cpus={fmt_count(self.cpus)}{'+' if self.cpus_plus else ''}")
         if self.memory_gib is not None:
-            parts.append(f"memory={_n(self.memory_gib)}{'+' if self.memory_plus else ''}")
+            parts.append(f"memory={fmt_count(self.memory_gib)}{'+' if self.memory_plus else ''}")
         if not parts:
             parts.append("default CPU instance")
         if self.use_spot:
@@ -76,5 +76,5 @@ class Block:
     use_spot: bool | None = None
 
 
-def _n(x: float) -> str:
+def fmt_count(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)

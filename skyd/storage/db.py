@@ -1,4 +1,4 @@
-"""The buckets skyd created (table ``storage_buckets``, schema v5). Only these are ever
+"""The buckets skyd created (table ``storage_buckets``, skyd.storage.schema). Only these are ever
 listed by ``skyd storage ls`` or deleted; a row is written (state CREATING) before the
 create call, so a crash between the two still leaves a record to clean up."""
 
@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from skyd.daemon.owners import current_user
+from skyd.storage import schema as _schema  # noqa: F401 - registers the table
 
 CREATING, READY = "CREATING", "READY"
 

@@ -9,7 +9,6 @@ CHUNK pieces: uploads above CHUNK use a resumable upload session, downloads ``al
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from urllib.parse import quote
 import aiohttp
 import anyio
 
+from skyd import settings as knobs
 from skyd.errors import CredentialsError, InvalidSpecError, NotFoundError, SkydError
 
 GCS_URL = "https://storage.googleapis.com"
@@ -26,7 +26,7 @@ WRITE = 1024 * 1024
 
 
 def base_url() -> str:
-    return (os.environ.get("SKYD_GCS_URL") or GCS_URL).rstrip("/")
+    return (knobs.GCS_URL.get() or GCS_URL).rstrip("/")
 
 
 class GCSError(SkydError):
@@ -224,7 +224,7 @@ async def rclone_remote() -> dict[str, str]:
     project = project_id(creds, settings())
     if project:
         opts["project_number"] = project
-    if os.environ.get("SKYD_GCS_URL"):
+    if knobs.GCS_URL.is_set():
         opts["endpoint"] = base_url() + "/storage/v1/"
     return opts
 

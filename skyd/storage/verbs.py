@@ -10,6 +10,7 @@ import pydantic
 from skyd.daemon.registry import register_read, register_verb
 from skyd.errors import InvalidSpecError
 from skyd.storage import db as sdb
+from skyd.storage import schema as _schema  # noqa: F401 - registers the table
 from skyd.storage.mounts import delete_created
 
 

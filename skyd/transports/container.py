@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skyd import settings
 from skyd.transports import container_runtime as rt
 from skyd.transports.base import AgentAddress, CommandError, RunResult, Transport, command_line
 
@@ -138,7 +139,6 @@ async def prepare(t: Transport, extra: dict[str, Any], *, rank: int, node_dir: s
     """The transport to start a node's agent over: ``t`` itself, or, for a node with a
     container (recorded in ``extra['container']``, or asked for by ``request``), the
     running container (found again, started again, or made) wrapped around ``t``."""
-    import os
 
     if request is not None and not extra.get("container"):
         spec = request.spec(rank=rank, node_dir=node_dir, home=home, resolve=resolve)
@@ -148,7 +148,7 @@ async def prepare(t: Transport, extra: dict[str, Any], *, rank: int, node_dir: s
         return t
     spec = rt.ContainerSpec.from_dict(d)
     await rt.ensure(t, spec, log, creds=request.login if request is not None else None,
-                    want=os.environ.get("SKYD_CONTAINER_RUNTIME", ""), label=label or f"node {rank}")
+                    want=settings.CONTAINER_RUNTIME.get(), label=label or f"node {rank}")
     extra["container"] = spec.to_dict()
     return ContainerTransport(t, spec)
 

@@ -45,7 +45,7 @@ $S mkdir -p /etc/cdi && $S nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml
 """
 
 
-async def _nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
+async def nvidia_cdi(t: Transport, log: LogFn, label: str) -> None:
     """podman reaches NVIDIA GPUs through the toolkit's CDI spec: generate it when the
     toolkit is there and the spec is not (best effort; `run` says what is missing)."""
     res = await t.run(_CDI, timeout=120)

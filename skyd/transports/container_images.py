@@ -68,7 +68,7 @@ def registry_of(image: str) -> str:
     return "docker.io"
 
 
-def _loopback(server: str) -> bool:
+def loopback_host(server: str) -> bool:
     host = server.split("/")[0].rsplit(":", 1)[0] if not server.startswith("[") else server[1:].split("]")[0]
     if host == "localhost":
         return True
@@ -78,7 +78,7 @@ def _loopback(server: str) -> bool:
         return False
 
 
-def _err(message: str, hint: str, provider: str = "") -> ResourcesUnavailableError:
+def image_error(message: str, hint: str, provider: str = "") -> ResourcesUnavailableError:
     return ResourcesUnavailableError(message, field="resources.image_id", hint=hint,
                                      provider_message=provider[-600:] or None, no_failover=True)
 
@@ -88,25 +88,25 @@ def classify_pull(image: str, out: str, server: str | None = None) -> ResourcesU
     low = out.lower()
     reg = server or registry_of(image)
     if "manifest unknown" in low or "name unknown" in low:  # the registry answered: no such image
-        return _err(f"container image {image} was not found in {reg}",
+        return image_error(f"container image {image} was not found in {reg}",
                     "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
     if any(s in low for s in ("connection refused", "no such host", "i/o timeout", "network is unreachable",
                               "no route to host", "connection reset", "server misbehaving", "tls:")):
-        return _err(f"registry {reg} cannot be reached from the node to pull {image}",
+        return image_error(f"registry {reg} cannot be reached from the node to pull {image}",
                     "check the registry's address and that it is up", out)
     if any(s in low for s in ("unauthorized", "authentication required", "denied", "status 401",
                               "incorrect username or password", "invalid username/password")):
-        return _err(f"registry {reg} refused the credentials for {image}",
+        return image_error(f"registry {reg} refused the credentials for {image}",
                     "check SKYPILOT_DOCKER_USERNAME / SKYPILOT_DOCKER_PASSWORD (a secret) and"
                     " SKYPILOT_DOCKER_SERVER", out)
     if any(s in low for s in ("manifest unknown", "not found", "name unknown", "does not exist",
                               "no such image", "repository does not exist")):
-        return _err(f"container image {image} was not found in {reg}",
+        return image_error(f"container image {image} was not found in {reg}",
                     "check the name and the tag (resources.image_id: docker:<name>:<tag>)", out)
     if "no image found in manifest list" in low or "no matching manifest" in low:
-        return _err(f"container image {image} has no build for this node's architecture",
+        return image_error(f"container image {image} has no build for this node's architecture",
                     "use a multi-arch image or one built for the node's architecture", out)
-    return _err(f"pulling container image {image} failed", "check the image name, the registry"
+    return image_error(f"pulling container image {image} failed", "check the image name, the registry"
                 " and the credentials", out)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from skyd.transports.base import Transport
-from skyd.transports.container_images import _err
+from skyd.transports.container_images import image_error
 
 if TYPE_CHECKING:
     from skyd.transports.container_runtime import ContainerSpec
@@ -59,13 +59,13 @@ async def share_binds(t: Transport, spec: ContainerSpec) -> None:
         return
     if word == "NOROOT":
         where = ", ".join(dst for src, dst in spec.binds if src in spec.shared) or ", ".join(spec.shared)
-        raise _err(f"file_mounts {where}: a bucket mounted with mode MOUNT/MOUNT_CACHED inside a"
+        raise image_error(f"file_mounts {where}: a bucket mounted with mode MOUNT/MOUNT_CACHED inside a"
                    f" container image needs a rootful {spec.kind or 'runtime'} on the node (root, or"
                    " docker with passwordless sudo): the mount is made on the node and shared into"
                    " the container, and a rootless runtime receives nothing from the node",
                    "use mode: COPY for that file mount, or give the node docker (with passwordless"
                    " sudo) or a root login")
-    raise _err(f"could not share the bucket mount points into the container: {word} "
+    raise image_error(f"could not share the bucket mount points into the container: {word} "
                f"{res.stderr.strip()[-200:]}".strip(), "use mode: COPY for that file mount")
 
 

@@ -40,15 +40,15 @@ from typing import Any
 import anyio
 
 from skyd.transports.base import RunResult, Transport
-from skyd.transports.container_gpus import _nvidia_cdi, amd_device_gids, gpu_flags
+from skyd.transports.container_gpus import amd_device_gids, gpu_flags, nvidia_cdi
 from skyd.transports.container_images import (
     DOCKER_ENVS,
     RegistryLogin,
-    _err,
-    _loopback,
     check_image,
     classify_pull,
+    image_error,
     image_of,
+    loopback_host,
     registry_of,
 )
 from skyd.transports.container_mounts import share_binds, unshare_binds
@@ -249,18 +249,18 @@ async def find_runtime(t: Transport, log: LogFn, *, want: str = "", label: str =
     words = res.stdout.strip().split()
     if not words or words[0] == "none":
         if want:
-            raise _err(f"{label}: the container runtime {want!r} is not on the node",
+            raise image_error(f"{label}: the container runtime {want!r} is not on the node",
                        f"install {want} there, or unset SKYD_CONTAINER_RUNTIME")
         log(f"{label}: no docker or podman found: installing podman (for image_id: docker:...)")
         inst = await t.run(_INSTALL, timeout=900)
         if not inst.ok:
-            raise _err(f"{label}: no container runtime on the node, and installing podman failed",
+            raise image_error(f"{label}: no container runtime on the node, and installing podman failed",
                        "install docker or podman on the node", inst.stderr.strip() or inst.stdout.strip())
         log(f"{label}: podman installed")
         res = await t.run(_FIND, timeout=60, idempotent=True)
         words = res.stdout.strip().split()
         if not words or words[0] == "none":
-            raise _err(f"{label}: podman is still not found after installing it", "install docker or podman")
+            raise image_error(f"{label}: podman is still not found after installing it", "install docker or podman")
     if words[0] == "docker":
         return [words[1]]
     return [words[1], "--runtime", words[2]] if len(words) > 2 else [words[1]]
@@ -295,7 +295,7 @@ async def _heal(t: Transport, spec: ContainerSpec, err: str) -> bool:
 
 def _tls_flags(spec: ContainerSpec, server: str) -> list[str]:
     # docker treats 127.0.0.0/8 registries as insecure by default; podman needs to be told.
-    return ["--tls-verify=false"] if spec.kind == "podman" and _loopback(server) else []
+    return ["--tls-verify=false"] if spec.kind == "podman" and loopback_host(server) else []
 
 
 async def state(t: Transport, spec: ContainerSpec) -> str:
@@ -356,7 +356,7 @@ async def pull(t: Transport, spec: ContainerSpec, log: LogFn, label: str, _heale
             if seen == 0 or text:
                 continue
         if time.monotonic() > deadline:
-            raise _err(f"pulling {spec.image} took more than {PULL_TIMEOUT_S:g}s", "check the registry")
+            raise image_error(f"pulling {spec.image} took more than {PULL_TIMEOUT_S:g}s", "check the registry")
     full = await t.run(["sh", "-c", f"cat {q(out)}; rm -rf {q(d)}"], timeout=60)
     if code != 0:
         if not _healed and await _heal(t, spec, full.stdout):
@@ -374,7 +374,7 @@ async def check_arch(t: Transport, spec: ContainerSpec) -> None:
     res = await _rt(t, spec, ["image", "inspect", "--format", "{{.Architecture}}", spec.image], timeout=60)
     have, want = res.stdout.strip(), await node_arch(t)
     if res.ok and have and want and have != want:
-        raise _err(f"container image {spec.image} is built for {have}, but the node runs {want}",
+        raise image_error(f"container image {spec.image} is built for {have}, but the node runs {want}",
                    f"use a {want} (or multi-arch) build of the image")
 
 
@@ -424,7 +424,7 @@ async def create(t: Transport, spec: ContainerSpec, limits: list[tuple[int, int]
                      " spec (podman: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)")
         elif spec.gpu_vendor == "amd":
             hint += "; AMD GPUs need /dev/kfd and /dev/dri on the node (the amdgpu driver)"
-        raise _err(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
+        raise image_error(f"the container of {spec.image} did not start", hint, res.stderr.strip() or res.stdout.strip())
 
 
 async def remove(t: Transport, spec: ContainerSpec) -> None:
@@ -500,7 +500,7 @@ async def check_inside(t: Transport, spec: ContainerSpec) -> None:
         return
     what = {"nopython": "no python3", "oldpython": "a python3 older than 3.8",
             "nobash": "no bash"}.get(word, f"an unusable shell ({(res.stderr or res.stdout).strip()[-200:]})")
-    raise _err(f"container image {spec.image} has {what}: skyd's node agent runs inside the"
+    raise image_error(f"container image {spec.image} has {what}: skyd's node agent runs inside the"
                " container and needs python3 >= 3.8 and bash",
                "use an image with python3 and bash (most ML images have both), or build one"
                " FROM this image that installs them")
@@ -520,7 +520,7 @@ async def check_gpus(t: Transport, spec: ContainerSpec) -> None:
     if seen < spec.gpu_count:
         how = ("the NVIDIA container toolkit (nvidia-container-toolkit; for podman `nvidia-ctk cdi"
                " generate`)" if spec.gpu_vendor == "nvidia" else "/dev/kfd and /dev/dri on the node (amdgpu driver)")
-        raise _err(f"the container of {spec.image} sees {seen} GPU(s), {spec.gpu_count:g} were ordered",
+        raise image_error(f"the container of {spec.image} sees {seen} GPU(s), {spec.gpu_count:g} were ordered",
                    f"install {how}")
 
 
@@ -558,13 +558,13 @@ async def ensure(t: Transport, spec: ContainerSpec, log: LogFn, *, creds: Regist
             have = img[1] if len(img) > 1 else ""
             want_arch = _ARCH.get((facts.get("arch") or [""])[0], (facts.get("arch") or [""])[0])
             if have and want_arch and have != want_arch:
-                raise _err(f"container image {spec.image} is built for {have}, but the node runs {want_arch}",
+                raise image_error(f"container image {spec.image} is built for {have}, but the node runs {want_arch}",
                            f"use a {want_arch} (or multi-arch) build of the image")
         else:
             await pull(t, spec, log, label)
             await check_arch(t, spec)
         if spec.gpu_vendor == "nvidia" and spec.kind == "podman":
-            await _nvidia_cdi(t, log, label)
+            await nvidia_cdi(t, log, label)
         await create(t, spec, _limits(facts.get("limits") or []))
         await check_inside(t, spec)
         await check_gpus(t, spec)

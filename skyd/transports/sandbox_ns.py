@@ -43,17 +43,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from skyd import settings
+
 BINDS = "ns-binds.json"
 ARGS = "ns.args"
 WRAPPER = "nsexec"
-ENV = "SKYD_JOB_WRAPPER"  # the agent runs each job phase as `$SKYD_JOB_WRAPPER bash SCRIPT`
+ENV = settings.JOB_WRAPPER.name  # the agent runs each job phase as `$SKYD_JOB_WRAPPER bash SCRIPT`
 
 _probe: tuple[bool, str] | None = None
 
 
 def bwrap_path() -> str | None:
     """bwrap on PATH, or ``$SKYD_BWRAP`` (a path; ``off`` runs jobs without a namespace)."""
-    env = os.environ.get("SKYD_BWRAP")
+    env = settings.BWRAP.get()
     if env:
         return None if env == "off" else (env if os.access(env, os.X_OK) else None)
     return shutil.which("bwrap")
@@ -137,7 +139,7 @@ def probe() -> tuple[bool, str]:
         return _probe
     exe = bwrap_path()
     if exe is None:
-        _probe = (False, "disabled by SKYD_BWRAP=off" if os.environ.get("SKYD_BWRAP") == "off"
+        _probe = (False, "disabled by SKYD_BWRAP=off" if settings.BWRAP.get() == "off"
                   else "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)")
         return _probe
     try:

@@ -35,20 +35,21 @@ from typing import Any
 import anyio
 import asyncssh
 
+from skyd import settings
 from skyd.transports.base import AgentAddress, RunResult, Transport, command_line
 from skyd.transports.relay import RELAY, Pipe, RelayListener
 from skyd.transports.ssh_hosts import (
-    _CONN_ERRORS,
-    _NO_FORWARDING,
+    CONN_ERRORS,
+    NO_FORWARDING,
+    HostKeyClient,
     SSHCommandError,
     SSHConnectError,
     SSHConnectionLost,
     SSHTarget,
-    _Client,
-    _limiter,
-    _load_known_hosts,
+    handshake_limiter,
     is_connection_error,
     known_hosts_path,
+    load_known_hosts,
 )
 
 log = logging.getLogger("skyd.transports.ssh")
@@ -72,7 +73,7 @@ RELAY_SESSIONS_PER_CONN = 8
 @dataclass
 class _RelayConn:
     conn: Any
-    client: _Client
+    client: HostKeyClient
     sessions: int = 0
 
     def usable(self) -> bool:
@@ -99,7 +100,7 @@ class SSHTransport(Transport):
     backoff_initial: float = 0.2
     backoff_max: float = 5.0
     _conn: Any = field(default=None, repr=False)
-    _client: _Client | None = field(default=None, repr=False)
+    _client: HostKeyClient | None = field(default=None, repr=False)
     _sftp: Any = field(default=None, repr=False)
     _lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     _forwards: dict[tuple[str, int], _Forward] = field(default_factory=dict, repr=False)
@@ -125,10 +126,10 @@ class SSHTransport(Transport):
             and not self._conn.is_closed()
         )
 
-    async def _connect_once(self) -> tuple[Any, _Client]:
+    async def _connect_once(self) -> tuple[Any, HostKeyClient]:
         t = self.target
-        strict = os.environ.get("SKYD_SSH_STRICT_HOST_KEYS", "") not in ("", "0")
-        client = _Client(t, await anyio.to_thread.run_sync(_load_known_hosts), strict)
+        strict = settings.SSH_STRICT_HOST_KEYS.get()
+        client = HostKeyClient(t, await anyio.to_thread.run_sync(load_known_hosts), strict)
         opts: dict[str, Any] = {
             "known_hosts": client.known,
             "client_factory": lambda: client,
@@ -145,7 +146,7 @@ class SSHTransport(Transport):
         if t.proxy_jump:
             opts["tunnel"] = t.proxy_jump
         try:
-            async with _limiter():
+            async with handshake_limiter():
                 conn = await asyncssh.connect(t.host, **opts)
         except asyncssh.PermissionDenied as e:
             key = t.identity_file or "your default keys / ssh-agent"
@@ -270,14 +271,14 @@ class SSHTransport(Transport):
             conn = await self.connection()
             try:
                 proc = await conn.create_process(command, encoding="utf-8", errors="replace")
-            except _CONN_ERRORS:
+            except CONN_ERRORS:
                 self._drop()
                 continue
             try:
                 with anyio.fail_after(timeout) if timeout else contextlib.nullcontext():
                     out, err = await proc.communicate(data)
                 status = proc.exit_status
-            except _CONN_ERRORS as e:
+            except CONN_ERRORS as e:
                 self._drop()
                 if idempotent and attempt < 2:
                     continue
@@ -368,7 +369,7 @@ class SSHTransport(Transport):
     async def agent_endpoint(self, addr: AgentAddress) -> tuple[str, int]:
         """A local port reaching the agent: a port forward to (addr.host, addr.port), or,
         on a host that refuses TCP forwarding, an exec relay to ``addr.socket``."""
-        if self.forwarding is None and self.target.key in _NO_FORWARDING:
+        if self.forwarding is None and self.target.key in NO_FORWARDING:
             self.forwarding = False
         if self.forwarding is None:
             await self._probe_forwarding(addr)
@@ -400,9 +401,9 @@ class SSHTransport(Transport):
                 log.info("%s: direct-tcpip refused (code %s: %s); using the exec relay",
                          self.target, e.code, e.reason)
                 self.forwarding = False
-                _NO_FORWARDING.add(self.target.key)
+                NO_FORWARDING.add(self.target.key)
             return
-        except _CONN_ERRORS:
+        except CONN_ERRORS:
             self._drop()
             return
         writer.close()
@@ -428,10 +429,10 @@ class SSHTransport(Transport):
         except asyncssh.ChannelOpenError as e:
             if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
                 self.forwarding = False
-                _NO_FORWARDING.add(self.target.key)
+                NO_FORWARDING.add(self.target.key)
                 return False
             return e.code == asyncssh.OPEN_CONNECT_FAILED or None
-        except _CONN_ERRORS:
+        except CONN_ERRORS:
             return None
         writer.close()
         return True

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import asyncssh
 
-from skyd import paths
+from skyd import paths, settings
 from skyd.errors import SkydError
 from skyd.transports.base import CommandError
 
@@ -172,7 +172,7 @@ class SSHCommandError(CommandError):
     """A command run with ``check=True`` exited non-zero on an SSH host."""
 
 
-_CONN_ERRORS: tuple[type[BaseException], ...] = (
+CONN_ERRORS: tuple[type[BaseException], ...] = (
     asyncssh.ConnectionLost,
     asyncssh.DisconnectError,
     asyncssh.ChannelOpenError,
@@ -187,7 +187,7 @@ _CONN_ERRORS: tuple[type[BaseException], ...] = (
 
 def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` means the SSH connection (not the command) failed."""
-    return isinstance(exc, _CONN_ERRORS) or (
+    return isinstance(exc, CONN_ERRORS) or (
         isinstance(exc, SSHConnectError) and exc.kind in ("unreachable", "timeout")
     )
 
@@ -195,7 +195,7 @@ def is_connection_error(exc: BaseException) -> bool:
 # -- host keys ----------------------------------------------------------------------------
 
 
-def _load_known_hosts() -> asyncssh.SSHKnownHosts:
+def load_known_hosts() -> asyncssh.SSHKnownHosts:
     chunks = []
     for p in (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path()):
         try:
@@ -211,10 +211,10 @@ def _kh_name(host: str, port: int) -> str:
 
 # Hosts (SSHTarget.key) whose sshd refused a direct-tcpip channel: their agents are reached
 # through the exec relay from then on (for this daemon's lifetime).
-_NO_FORWARDING: set[str] = set()
+NO_FORWARDING: set[str] = set()
 
 
-class _Client(asyncssh.SSHClient):
+class HostKeyClient(asyncssh.SSHClient):
     def __init__(self, target: SSHTarget, known: asyncssh.SSHKnownHosts, strict: bool) -> None:
         self.target = target
         self.known = known
@@ -251,10 +251,10 @@ _LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Semaphore]
 )
 
 
-def _limiter() -> anyio.Semaphore:
+def handshake_limiter() -> anyio.Semaphore:
     loop = asyncio.get_running_loop()
     sem = _LIMITERS.get(loop)
     if sem is None:
-        sem = anyio.Semaphore(int(os.environ.get("SKYD_SSH_MAX_CONNECTS", "16")))
+        sem = anyio.Semaphore(settings.SSH_MAX_CONNECTS.get())
         _LIMITERS[loop] = sem
     return sem

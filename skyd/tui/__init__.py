@@ -1,1 +1,18 @@
-"""skyd's Textual TUI (``skyd tui``). Importing this package imports nothing heavy."""
+"""The terminal UI (``skyd tui``): panes over the daemon's watch stream (docs/tui.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from skyd import face
+
+_FACE = {
+    "run": "app",
+}
+__all__ = [
+    "run",
+]
+__getattr__ = face.lazy(__name__, _FACE)
+
+if TYPE_CHECKING:
+    from skyd.tui.app import run

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.aws.network import RANK_KEY, TAG_KEY, tag_specs
 from skyd.clouds.base import (
     NODE_PENDING,
@@ -24,7 +24,7 @@ SPOT_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
 
 
 def poll_s() -> float:
-    return float(os.environ.get("SKYD_AWS_POLL_S") or 2.0)
+    return knobs.AWS_POLL_S.get()
 
 
 def tags_of(inst: dict[str, Any]) -> dict[str, str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.aws.session import Clients
 from skyd.clouds.catalog_csv import canonical_name
 from skyd.clouds.offering import Offering
@@ -115,11 +116,9 @@ async def _region(clients: Clients, region: str, families: set[str]) -> list[Off
 
 async def fetch_catalog(clients: Clients, regions: list[str] | None = None) -> list[Offering]:
     """Every region's offerings (``regions``: only these; $SKYD_AWS_CATALOG_REGIONS too)."""
-    import os
-
-    env = [r for r in os.environ.get("SKYD_AWS_CATALOG_REGIONS", "").split(",") if r.strip()]
+    env = knobs.AWS_CATALOG_REGIONS.get()
     if regions is None and env:
-        regions = [r.strip() for r in env]
+        regions = list(env)
     if regions is None:
         ec2 = await clients.client("ec2", PRICING_REGION)
         regions = sorted(str(r["RegionName"]) for r in (await ec2.describe_regions()).get("Regions") or [])

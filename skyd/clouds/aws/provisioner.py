@@ -12,7 +12,6 @@ found again, not made twice. Every EC2 error is classified into a failover scope
 
 from __future__ import annotations
 
-import os
 import posixpath
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.aws import images, instances, network
 from skyd.clouds.aws.errors import classify
 from skyd.clouds.aws.session import Clients, is_loopback, loopback_only
@@ -44,7 +44,7 @@ SSH_BOOT_S = 300.0  # how long a new instance may take to accept SSH
 
 
 def ssh_port() -> int:
-    return int(os.environ.get("SKYD_AWS_SSH_PORT") or 22)
+    return knobs.AWS_SSH_PORT.get()
 
 
 def _is_botocore(exc: BaseException) -> bool:

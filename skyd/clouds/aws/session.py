@@ -29,16 +29,17 @@ from urllib.parse import urlparse
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.errors import CredentialsError
 
-LOOPBACK_ENV = "SKYD_AWS_LOOPBACK_ONLY"
+LOOPBACK_ENV = knobs.AWS_LOOPBACK_ONLY.name
 
 #: API calls made, by "service.Operation" (read by bench/aws_bench.py).
 CALLS: Counter[str] = Counter()
 
 
 def loopback_only() -> bool:
-    return os.environ.get(LOOPBACK_ENV, "") not in ("", "0")
+    return knobs.AWS_LOOPBACK_ONLY.get()
 
 
 def is_loopback(host: str | None) -> bool:

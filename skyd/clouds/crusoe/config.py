@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skyd import settings as knobs
+
 API_URL = "https://api.crusoecloud.com/v1alpha5"
 HINT = ("set CRUSOE_ACCESS_KEY_ID and CRUSOE_SECRET_KEY (and CRUSOE_PROJECT_ID), or run "
         "`crusoe init` to write ~/.crusoe/config")
@@ -32,8 +34,8 @@ class Keys:
 
 
 def config_file() -> Path:
-    named = os.environ.get("SKYD_CRUSOE_CONFIG")
-    return Path(named).expanduser() if named else Path.home() / ".crusoe" / "config"
+    named = knobs.CRUSOE_CONFIG.get()
+    return named if named is not None else Path.home() / ".crusoe" / "config"
 
 
 def find_keys() -> Keys | None:
@@ -60,12 +62,12 @@ def find_keys() -> Keys | None:
 
 
 def api_url() -> str:
-    return (os.environ.get("SKYD_CRUSOE_API_URL") or API_URL).rstrip("/")
+    return (knobs.CRUSOE_API_URL.get() or API_URL).rstrip("/")
 
 
 def ssh_port() -> int:
-    return int(os.environ.get("SKYD_CRUSOE_SSH_PORT") or 22)
+    return knobs.CRUSOE_SSH_PORT.get()
 
 
 def poll_s() -> float:
-    return float(os.environ.get("SKYD_CRUSOE_POLL_S") or 3.0)
+    return knobs.CRUSOE_POLL_S.get()

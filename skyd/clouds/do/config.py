@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from skyd import settings as knobs
+
 
 @dataclass(frozen=True)
 class Flavor:
@@ -71,12 +73,12 @@ def find_token(flavor: Flavor) -> Token | None:
 
 
 def api_url(flavor: Flavor) -> str:
-    return (os.environ.get(flavor.url_env) or flavor.default_url).rstrip("/")
+    return (str(knobs.knob(flavor.url_env).get() or "") or flavor.default_url).rstrip("/")
 
 
 def ssh_port() -> int:
-    return int(os.environ.get("SKYD_DO_SSH_PORT") or 22)
+    return knobs.DO_SSH_PORT.get()
 
 
 def poll_s() -> float:
-    return float(os.environ.get("SKYD_DO_POLL_S") or 3.0)
+    return knobs.DO_POLL_S.get()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyd import settings as knobs
 from skyd.errors import CredentialsError
 
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
@@ -82,7 +83,9 @@ def settings() -> dict[str, Any]:
 
 
 def project_id(creds: Credentials | None, conf: dict[str, Any]) -> str | None:
-    for env in ("SKYD_GCP_PROJECT", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+    if knobs.GCP_PROJECT.is_set():
+        return knobs.GCP_PROJECT.get()
+    for env in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
         if os.environ.get(env):
             return os.environ[env]
     if creds is not None:
@@ -105,16 +108,16 @@ def project_id(creds: Credentials | None, conf: dict[str, Any]) -> str | None:
 
 
 def compute_url() -> str:
-    return (os.environ.get("SKYD_GCP_COMPUTE_URL") or COMPUTE_URL).rstrip("/")
+    return (knobs.GCP_COMPUTE_URL.get() or COMPUTE_URL).rstrip("/")
 
 
 def oslogin_url() -> str:
-    return (os.environ.get("SKYD_GCP_OSLOGIN_URL") or OSLOGIN_URL).rstrip("/")
+    return (knobs.GCP_OSLOGIN_URL.get() or OSLOGIN_URL).rstrip("/")
 
 
 def token_url() -> str | None:
-    return os.environ.get("SKYD_GCP_TOKEN_URL") or None
+    return knobs.GCP_TOKEN_URL.get()
 
 
 def ssh_port(conf: dict[str, Any]) -> int:
-    return int(os.environ.get("SKYD_GCP_SSH_PORT") or conf.get("ssh_port") or 22)
+    return int(knobs.GCP_SSH_PORT.get() or conf.get("ssh_port") or 22)

@@ -3,13 +3,13 @@ deployed over SSH (see docs/gcp.md)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.base import (
     NODE_STOPPED,
     ClusterHandle,
@@ -32,7 +32,7 @@ PREEMPTED_OP = "compute.instances.preempted"
 
 
 def _poll_s() -> float:
-    return float(os.environ.get("SKYD_GCP_POLL_S") or 2.0)
+    return knobs.GCP_POLL_S.get()
 
 
 class GCPProvisioner(Provisioner):

@@ -17,11 +17,11 @@ reservation however short the VM's life; the plan shows it (skyd.clouds.billing)
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.base import ProvisionRequest
 from skyd.clouds.hotaisle import records
 from skyd.clouds.hotaisle.api import KEY_HINT, HotAisleAPI, find_key
@@ -91,7 +91,7 @@ class HotAisleProvisioner(VMProvisioner):
         return self._api
 
     def ssh_port(self, vm: VM) -> int:
-        return int(os.environ.get("SKYD_HOTAISLE_SSH_PORT") or self._conf.get("ssh_port") or 22)
+        return int(knobs.HOTAISLE_SSH_PORT.get() or self._conf.get("ssh_port") or 22)
 
     async def list_vms(self, tag: str, region: str | None) -> list[VM]:
         mine = await records.names(tag)

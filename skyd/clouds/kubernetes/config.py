@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyd import settings as knobs
+
 DEFAULT_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 DEFAULT_IMAGE_AMD = "rocm/dev-ubuntu-22.04:6.2"
 DEFAULT_IMAGE_CPU = "python:3.11-slim"
@@ -77,9 +79,9 @@ def load_contexts() -> tuple[list[Context], str | None]:
 
 
 def pending_timeout_s() -> float:
-    raw = os.environ.get("SKYD_K8S_PENDING_TIMEOUT_S")
-    if raw:
-        return float(raw)
+    override = knobs.K8S_PENDING_TIMEOUT_S.get()
+    if override is not None:
+        return override
     conf = settings()
     # SkyPilot's kubernetes.provision_timeout (seconds a pod may wait to be scheduled)
     return float(conf.get("pending_timeout_s") or conf.get("provision_timeout") or DEFAULT_PENDING_S)

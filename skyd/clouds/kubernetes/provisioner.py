@@ -4,7 +4,6 @@ with ``agent_deploy`` over the ``kube`` transport (see docs/kubernetes.md)."""
 
 from __future__ import annotations
 
-import os
 import posixpath
 import time
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.base import (
     NODE_PENDING,
     NODE_PREEMPTED,
@@ -41,7 +41,7 @@ PYTHON_WAIT_S = 180.0
 
 
 def _poll_s() -> float:
-    return float(os.environ.get("SKYD_K8S_POLL_S") or 1.0)
+    return knobs.K8S_POLL_S.get()
 
 
 def parse_shape(instance_type: str) -> tuple[float, float]:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 import anyio
+
+from skyd import settings as knobs
 
 RETRY_STATUSES = frozenset({429, 503})
 DEFAULT_BACKOFF_S = 1.0
@@ -85,7 +86,7 @@ def error_text(body: Any) -> tuple[str, str]:
 
 def base_url(env: str, default: str) -> str:
     """A provider's base URL: ``$env`` (tests, proxies) or the public default."""
-    return (os.environ.get(env) or default).rstrip("/")
+    return (str(knobs.knob(env).get() or "") or default).rstrip("/")
 
 
 #: A request signer: (METHOD, path as passed to `request`, query) -> headers to add.

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyd import settings as knobs
 from skyd.errors import InvalidSpecError, NotFoundError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -54,8 +55,8 @@ class SlurmCluster:
 
 
 def config_path() -> Path:
-    env = os.environ.get("SKYD_SLURM_CONFIG")
-    return Path(env) if env else Path.home() / ".slurm" / "config"
+    env = knobs.SLURM_CONFIG.get()
+    return env if env is not None else Path.home() / ".slurm" / "config"
 
 
 def parse_config(text: str, source: str = "~/.slurm/config") -> dict[str, SlurmCluster]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from skyd import paths
+from skyd import settings as knobs
 from skyd.errors import InvalidSpecError, NotFoundError
 
 _HOST_KEYS = {"ip", "user", "port", "identity_file", "proxy_jump", "password"}
@@ -80,9 +81,9 @@ class Pool:
 
 
 def pools_file() -> Path:
-    env = os.environ.get("SKYD_SSH_NODE_POOLS")
-    if env:
-        return Path(env).expanduser()
+    env = knobs.SSH_NODE_POOLS.get()
+    if env is not None:
+        return env
     return paths.config_dir() / "ssh_node_pools.yaml"
 
 

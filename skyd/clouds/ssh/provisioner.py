@@ -175,12 +175,12 @@ class SSHProvisioner(Provisioner):
 
     async def _start_agent(self, t: SSHTransport, node: NodeHandle, cluster: str, token: str,
                            log: LogFn = lambda _m: None, req: ProvisionRequest | None = None) -> dict[str, Any]:
-        site = _site(node, cluster)
+        site = agent_site(node, cluster)
         at = await container.prepare(
             t, node.extra, rank=node.rank, node_dir=node.node_dir, home=str(node.extra.get("home") or ""),
             log=log, request=req.container if req is not None else None, label=f"node {node.rank}")
         info = await agent_deploy.start(at, site, token, await self._zip())
-        _record(node, site, info)
+        node_record(node, site, info)
         return info
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -192,7 +192,7 @@ class SSHProvisioner(Provisioner):
                 await t.connection(attempts=1)
             except (SkydError, OSError):
                 return NODE_UNKNOWN
-            state, _ = await agent_deploy.node_state(t, _site(node, handle.cluster_name), handle.token)
+            state, _ = await agent_deploy.node_state(t, agent_site(node, handle.cluster_name), handle.token)
             return state
 
         out = [NODE_UNKNOWN] * len(handle.nodes)
@@ -205,7 +205,7 @@ class SSHProvisioner(Provisioner):
 
     async def _shutdown(self, handle: ClusterHandle, node: NodeHandle) -> None:
         """Cancel jobs and exit via the agent, then make sure the process is gone."""
-        await agent_deploy.shutdown(self._node_transport(node), _site(node, handle.cluster_name), handle.token)
+        await agent_deploy.shutdown(self._node_transport(node), agent_site(node, handle.cluster_name), handle.token)
 
     async def stop(self, handle: ClusterHandle, log: LogFn) -> None:
         await self._unmount(handle, log)
@@ -239,11 +239,11 @@ class SSHProvisioner(Provisioner):
         """Start agents that are down and upgrade ones of another version (same node dir,
         so the job queue survives). Nodes stopped on purpose are left stopped (`start`
         starts them); healthy agents of this version cost one status round trip."""
-        pairs = [(container.wrap(self._node_transport(n), n.extra), _site(n, handle.cluster_name))
+        pairs = [(container.wrap(self._node_transport(n), n.extra), agent_site(n, handle.cluster_name))
                  for n in handle.nodes]
         await agent_deploy.ensure(pairs, handle.token, await self._zip(), log, cluster=handle.cluster_name)
         for node, (_, site) in zip(handle.nodes, pairs, strict=True):
-            _record(node, site, None)
+            node_record(node, site, None)
         return handle
 
     async def terminate(self, handle: ClusterHandle, log: LogFn) -> None:
@@ -252,7 +252,7 @@ class SSHProvisioner(Provisioner):
         async def one(node: NodeHandle) -> None:
             try:
                 t = self._node_transport(node)
-                await agent_deploy.remove(t, _site(node, handle.cluster_name), handle.token)
+                await agent_deploy.remove(t, agent_site(node, handle.cluster_name), handle.token)
                 await container.node_op(t, node.extra, "remove")
                 await t.close()
                 self._transports.pop(t.target.key, None)
@@ -274,7 +274,7 @@ class SSHProvisioner(Provisioner):
 
     async def agent_endpoint(self, handle: ClusterHandle, rank: int) -> tuple[str, int]:
         node = handle.nodes[rank]
-        return await self._node_transport(node).agent_endpoint(_site(node, handle.cluster_name).address())
+        return await self._node_transport(node).agent_endpoint(agent_site(node, handle.cluster_name).address())
 
     def node_shell(self, handle: ClusterHandle, rank: int) -> Any:
         from skyd.transports.base import NodeShell
@@ -387,7 +387,7 @@ def _candidates(pool: Pool, off: Offering, facts: dict[str, dict[str, Any]]) -> 
     return [h for h in order if fits(h)]
 
 
-def _site(node: NodeHandle, cluster: str) -> AgentSite:
+def agent_site(node: NodeHandle, cluster: str) -> AgentSite:
     """The deployer's view of an ssh node (its agent fields live in NodeHandle.extra)."""
     x = node.extra
     return AgentSite(
@@ -402,7 +402,7 @@ def _site(node: NodeHandle, cluster: str) -> AgentSite:
     )
 
 
-def _record(node: NodeHandle, site: AgentSite, info: dict[str, Any] | None) -> None:
+def node_record(node: NodeHandle, site: AgentSite, info: dict[str, Any] | None) -> None:
     node.agent_port = site.port
     if site.sha:
         node.extra["sha"] = site.sha

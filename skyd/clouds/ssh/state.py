@@ -26,6 +26,7 @@ import anyio
 
 from skyd import paths
 from skyd.errors import ResourcesUnavailableError
+from skyd.sqlite_tx import immediate
 
 
 def state_dir() -> Path:
@@ -49,32 +50,30 @@ def allocate_sync(pool: str, cluster: str, candidates: Sequence[str], n: int) ->
     already holds (idempotent). Raises ResourcesUnavailableError when too few are free."""
     conn = _db()
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute("SELECT host_key, cluster, rank FROM allocations").fetchall()
-        owner = {r[0]: r[1] for r in rows}
-        mine = sorted((r[2], r[0]) for r in rows if r[1] == cluster)
-        chosen = [k for _, k in mine][:n]
-        for key in candidates:
-            if len(chosen) >= n:
-                break
-            if key not in owner and key not in chosen:
-                chosen.append(key)
-        if len(chosen) < n:
-            conn.execute("ROLLBACK")
-            busy = sorted({owner[k] for k in candidates if k in owner and owner[k] != cluster})
-            raise ResourcesUnavailableError(
-                f"SSH pool {pool!r} has {len(chosen)} free host(s), {n} needed"
-                + (f" (in use by cluster(s) {', '.join(busy)})" if busy else ""),
-                field="num_nodes",
-                hint="add hosts to the pool, lower num_nodes, or `skyd down` a cluster using it",
-            )
-        now = time.time()
-        for rank, key in enumerate(chosen):
-            conn.execute(
-                "INSERT OR REPLACE INTO allocations VALUES (?, ?, ?, ?, ?)",
-                (key, pool, cluster, rank, now),
-            )
-        conn.execute("COMMIT")
+        with immediate(conn):
+            rows = conn.execute("SELECT host_key, cluster, rank FROM allocations").fetchall()
+            owner = {r[0]: r[1] for r in rows}
+            mine = sorted((r[2], r[0]) for r in rows if r[1] == cluster)
+            chosen = [k for _, k in mine][:n]
+            for key in candidates:
+                if len(chosen) >= n:
+                    break
+                if key not in owner and key not in chosen:
+                    chosen.append(key)
+            if len(chosen) < n:
+                busy = sorted({owner[k] for k in candidates if k in owner and owner[k] != cluster})
+                raise ResourcesUnavailableError(
+                    f"SSH pool {pool!r} has {len(chosen)} free host(s), {n} needed"
+                    + (f" (in use by cluster(s) {', '.join(busy)})" if busy else ""),
+                    field="num_nodes",
+                    hint="add hosts to the pool, lower num_nodes, or `skyd down` a cluster using it",
+                )
+            now = time.time()
+            for rank, key in enumerate(chosen):
+                conn.execute(
+                    "INSERT OR REPLACE INTO allocations VALUES (?, ?, ?, ?, ?)",
+                    (key, pool, cluster, rank, now),
+                )
         return chosen
     finally:
         conn.close()
@@ -83,10 +82,10 @@ def allocate_sync(pool: str, cluster: str, candidates: Sequence[str], n: int) ->
 def release_sync(cluster: str) -> list[str]:
     conn = _db()
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        keys = [r[0] for r in conn.execute("SELECT host_key FROM allocations WHERE cluster=?", (cluster,))]
-        conn.execute("DELETE FROM allocations WHERE cluster=?", (cluster,))
-        conn.execute("COMMIT")
+        with immediate(conn):
+            keys = [r[0] for r in conn.execute("SELECT host_key FROM allocations WHERE cluster=?",
+                                               (cluster,))]
+            conn.execute("DELETE FROM allocations WHERE cluster=?", (cluster,))
         return keys
     finally:
         conn.close()

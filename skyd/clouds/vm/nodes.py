@@ -10,7 +10,6 @@ agent endpoints, file sync and agent repairs unchanged.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import shlex
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any
 import anyio
 
 from skyd import paths
+from skyd import settings as knobs
 from skyd.clouds.base import LogFn, NodeHandle
-from skyd.clouds.ssh.provisioner import SSHProvisioner, _record, _site
+from skyd.clouds.ssh.provisioner import SSHProvisioner, agent_site, node_record
 from skyd.errors import ResourcesUnavailableError, SkydError
 from skyd.transports import agent_deploy, container
 from skyd.transports.ssh import SSHConnectError, SSHTarget
@@ -72,7 +72,7 @@ async def wait_ready(t: Any, node: NodeHandle, marker: str, log: LogFn) -> None:
             log(f"Node {node.rank} ({(node.ssh or {}).get('host')}): waiting for first-boot setup "
                 f"({marker})")
             said = True
-        await anyio.sleep(float(os.environ.get("SKYD_NODE_READY_POLL_S") or READY_POLL_S))
+        await anyio.sleep(knobs.NODE_READY_POLL_S.get())
 
 
 async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str,
@@ -102,7 +102,7 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
         base = posixpath.join(home or ".", ".skyd")
         node.node_dir = posixpath.join(base, "nodes", f"{cluster}-{node.rank}")
         node.extra.update(home=home, base=base)
-        site = _site(node, cluster)
+        site = agent_site(node, cluster)
         at = await container.prepare(t, node.extra, rank=node.rank, node_dir=node.node_dir, home=home,
                                      log=log, request=container_req)
         info = await agent_deploy.start(at, site, token, zipapp)
@@ -111,7 +111,7 @@ async def deploy(ssh: SSHProvisioner, node: NodeHandle, cluster: str, token: str
     except (SkydError, OSError) as e:
         raise ResourcesUnavailableError(f"node {node.rank} ({node.ssh['host']}): {e}",
                                         scope="zone") from None
-    _record(node, site, info)
+    node_record(node, site, info)
     log(f"Node {node.rank} ({node.ssh['host']}): agent {info.get('state')} on port {node.agent_port}")
 
 
@@ -140,7 +140,7 @@ async def shutdown_agents(ssh: SSHProvisioner, nodes: list[NodeHandle], cluster:
             try:
                 t = ssh.transport(SSHTarget.from_dict(n.ssh or {}))
                 await t.connection(attempts=1)
-                await agent_deploy.shutdown(t, _site(n, cluster), token)
+                await agent_deploy.shutdown(t, agent_site(n, cluster), token)
             except (SkydError, OSError):
                 pass
 

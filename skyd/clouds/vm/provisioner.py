@@ -13,7 +13,6 @@ detected, and tear down by tag.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from abc import abstractmethod
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds import gpucheck
 from skyd.clouds.base import (
     NODE_PENDING,
@@ -154,7 +154,7 @@ class VMProvisioner(Provisioner):
     # -- the flow ----------------------------------------------------------------------
 
     def _poll_s(self) -> float:
-        return float(os.environ.get(self.poll_env) or 3.0) if self.poll_env else 3.0
+        return float(knobs.knob(self.poll_env).get() or 3.0) if self.poll_env else 3.0  # type: ignore[arg-type]
 
     @staticmethod
     def where(req: ProvisionRequest) -> str:

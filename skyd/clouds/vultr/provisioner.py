@@ -12,12 +12,12 @@ Stop/start are ``halt``/``start``; delete is ``DELETE`` (404 is done).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 import anyio
 
+from skyd import settings as knobs
 from skyd.clouds.base import ClusterHandle, LogFn, ProvisionRequest
 from skyd.clouds.neocloud import settings
 from skyd.clouds.neocloud.classify import classify
@@ -79,7 +79,7 @@ class VultrProvisioner(VMProvisioner):
         return self._api
 
     def ssh_port(self, vm: VM) -> int:
-        return int(os.environ.get("SKYD_VULTR_SSH_PORT") or self._conf.get("ssh_port") or 22)
+        return int(knobs.VULTR_SSH_PORT.get() or self._conf.get("ssh_port") or 22)
 
     async def list_vms(self, tag: str, region: str | None) -> list[VM]:
         api = await self.api()
