@@ -33,7 +33,7 @@ os.environ.setdefault("SKYD_AWS_LOOPBACK_ONLY", "1")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 from bench.launch_bench import _answers, skyd, time_to_line  # noqa: E402
-from tests.test_aws_support import REGION, fake_aws  # noqa: E402
+from tests.support.aws import REGION, fake_aws  # noqa: E402
 
 
 @contextmanager

@@ -97,7 +97,7 @@ async def main(repeat: int, bucket_mount: bool = False, only_bucket_mount: bool 
     os.environ["SKYD_SOCKET"] = str(Path(tempfile.mkdtemp(prefix="skyd-", dir="/tmp")) / "s.sock")
     os.environ.pop("SKYD_CATALOG_DIR", None)
     from tests.fakes.sshhost import FakeSSHHost, make_keypair, write_pools
-    from tests.test_ssh_e2e_support import daemon
+    from tests.support.ssh_e2e import daemon
 
     moto = None
     if bucket_mount:

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/crash_kill9_bench.py [-n 10] [--seed 1000] [-s launches -s aws ...]
 
-Each trial (tests/crash_harness.py) runs one scenario (tests/crash_scenarios_local.py,
-tests/crash_scenarios_infra.py) in a fresh SKYD_HOME with 1-2 kill -9 of the daemon at
+Each trial (tests/support/crash_harness.py) runs one scenario (tests/support/crash_scenarios_local.py,
+tests/support/crash_scenarios_infra.py) in a fresh SKYD_HOME with 1-2 kill -9 of the daemon at
 seeded moments and restarts, then checks that every object ended as it would have and that
 nothing is left (processes, sandboxes, SQLite rows, objects on the fake infrastructure).
 Without -s: every scenario.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.crash_harness import InfraUnavailable, run_trial, scenarios  # noqa: E402
+from tests.support.crash_harness import InfraUnavailable, run_trial, scenarios  # noqa: E402
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.fakes.gce import FakeGCE  # noqa: E402
-from tests.test_daemon_support import SKYD_BIN, answers  # noqa: E402
-from tests.test_gcp_support import GUARD_DIR, gcp_environ  # noqa: E402
+from tests.support.daemon import SKYD_BIN, answers  # noqa: E402
+from tests.support.gcp import GUARD_DIR, gcp_environ  # noqa: E402
 
 TASK = "resources:\n  infra: {infra}\n  cpus: 2\nrun: echo FIRST-LINE\n"
 

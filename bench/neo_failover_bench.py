@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 from tests.fakes.crusoeapi import FakeCrusoe  # noqa: E402
 from tests.fakes.doapi import AMD_SIZES, FakeDO  # noqa: E402
 from tests.fakes.vmapi import free_port  # noqa: E402
-from tests.test_daemon_support import SKYD_BIN, answers  # noqa: E402
-from tests.test_gcp_support import GUARD_DIR  # noqa: E402
-from tests.test_neo_support import crusoe_environ, do_environ, write_catalog  # noqa: E402
+from tests.support.daemon import SKYD_BIN, answers  # noqa: E402
+from tests.support.gcp import GUARD_DIR  # noqa: E402
+from tests.support.neo import crusoe_environ, do_environ, write_catalog  # noqa: E402
 
 TASK = "resources:\n  accelerators: MI300X:8\nrun: echo FIRST-LINE\n"
 

@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 from tests.fakes.hotaisle import FakeHotAisle  # noqa: E402
 from tests.fakes.runpod import FakeRunPod  # noqa: E402
 from tests.fakes.vultr import FakeVultr  # noqa: E402
-from tests.test_daemon_support import SKYD_BIN, answers  # noqa: E402
-from tests.test_gcp_support import GUARD_DIR  # noqa: E402
-from tests.test_neocloud_support import hotaisle_env, runpod_env, vultr_env  # noqa: E402
+from tests.support.daemon import SKYD_BIN, answers  # noqa: E402
+from tests.support.gcp import GUARD_DIR  # noqa: E402
+from tests.support.neocloud import hotaisle_env, runpod_env, vultr_env  # noqa: E402
 
 TASK = "resources:\n  accelerators: MI300X:8\nrun: echo FIRST-LINE\n"
 

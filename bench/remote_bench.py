@@ -57,7 +57,7 @@ async def main(n: int) -> None:
     import pwd
 
     from tests.fakes.sshd import real_sshd
-    from tests.test_remote_daemon import REMOTE_USER, _user_dir, _wrapper
+    from tests.sdk.test_remote_daemon import REMOTE_USER, _user_dir, _wrapper
 
     shared = Path(tempfile.mkdtemp(prefix="skyd-remote-bench-", dir="/var/tmp"))
     shared.chmod(0o755)

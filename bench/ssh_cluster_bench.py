@@ -101,7 +101,7 @@ async def main(nodes: int, repeat: int) -> None:
     os.environ["SKYD_SOCKET"] = str(Path(tempfile.mkdtemp(prefix="skyd-", dir="/tmp")) / "s.sock")
     os.environ.pop("SKYD_CATALOG_DIR", None)
     from tests.fakes.sshhost import fake_hosts, make_keypair, write_pools
-    from tests.test_ssh_e2e_support import daemon
+    from tests.support.ssh_e2e import daemon
 
     priv, pub = make_keypair(tmp / "keys")
     async with fake_hosts(tmp, nodes + 1, pub) as hosts:
@@ -159,7 +159,7 @@ async def paths_main(repeat: int, use_sshd: bool) -> None:
     import yaml
 
     from tests.fakes.sshhost import FakeSSHHost, make_keypair
-    from tests.test_ssh_e2e_support import daemon
+    from tests.support.ssh_e2e import daemon
 
     priv, pub = make_keypair(tmp / "keys")
     pools: dict[str, Any] = {}

@@ -33,7 +33,7 @@ def main() -> None:
     os.environ.update(SKYD_HOME=home, SKYD_SOCKET=tempfile.mkdtemp(dir="/tmp") + "/s.sock",
                       SKYD_NO_AUTOSTART="1", PYTHONPATH=str(ROOT),
                       SKYD_EXTRA_PLUGINS="bench.tui_jobs_plugin")
-    from tests.tui_support import cli, seed_db
+    from tests.support.tui import cli, seed_db
 
     clouds = ["aws", "gcp", "runpod", "local"]
     seed_db([{"name": f"c{i:03d}", "status": ["UP", "STOPPED", "INIT"][i % 3],

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures many modules share (a module's own fixture of the same name takes precedence).
+pytest_plugins = ["tests.support.plugin"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_tmp_untouched() -> Iterator[None]:
@@ -40,7 +43,7 @@ def aws_loopback_only() -> Iterator[None]:
 def user_ssh_config_untouched() -> Iterator[None]:
     """No test adds skyd's Include line to the real ~/.ssh/config: daemons the tests start
     leave it alone (SKYD_SSH_CONFIG=off); the tests of that line set HOME to a temp dir and
-    turn it back on (tests/test_ssh_config.py)."""
+    turn it back on (tests/clouds/test_ssh_config.py)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKYD_SSH_CONFIG", "off")
         yield

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.netguard import sitecustomize as netguard
-from tests.test_daemon_support import DaemonProc, cli
+from tests.support.daemon import DaemonProc, cli
 
 
 def test_a_connection_outside_loopback_is_refused_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:

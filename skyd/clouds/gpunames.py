@@ -7,7 +7,7 @@ table, a fact on its Cloud class (``gpu_ids``, ``skyd.clouds.base.REQUIRED_FACTS
 is no other map. Canonical names are the registry's
 (`skyd.models.accelerators`); card variants stay distinct as in SkyPilot's catalogs:
 ``H100`` (PCIe), ``H100-SXM``, ``H100-NVL``, ``H200-SXM``, ``A100-80GB`` (PCIe),
-``A100-80GB-SXM``. ``tests/test_gpu_names.py`` walks every row of the bundled neocloud
+``A100-80GB-SXM``. ``tests/clouds/test_gpu_names.py`` walks every row of the bundled neocloud
 catalogs through this table.
 
 Each table names its source next to it (``skyd/clouds/<provider>/cloud.py``: ``GPU_IDS``).

@@ -1,4 +1,4 @@
-"""Shared by tests/test_models_corpus.py and by regeneration of the expected files.
+"""Shared by tests/models/test_models_corpus.py and by regeneration of the expected files.
 
 Regenerate (then READ every diff): ``.venv/bin/python tests/data/yaml/corpus.py``
 """

@@ -1,0 +1,446 @@
+"""One daemon shared by several Unix users of a host (`--shared-group`): each user reaches it
+over their own SSH login (real OpenSSH sshd on 127.0.0.x, one per test user), sees and acts
+on their own clusters, jobs and requests; `--all-users` shows everyone's with a USER column;
+another user's object is refused unless the caller is in the admin group.
+
+Users: ``skydremote`` owns the daemon; ``skydtest`` (alice) and ``skydprobe`` (bob) share it
+through group ``skydshare``; ``skyd-squat`` is in no group (refused at the socket)."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.sshd import RealSSHD, ensure_user, real_sshd, unavailable_reason
+from tests.sdk.test_remote_daemon import SHARED_TMP, _user_dir, _wrapper
+from tests.support.daemon import SKYD_BIN
+
+pytestmark = [pytest.mark.anyio]
+_WHY_NOT = (unavailable_reason()
+            or (shutil.which("ssh") is None and "needs the OpenSSH client (ssh)")
+            or (shutil.which("groupadd") is None and "needs groupadd (passwd)")
+            or (not os.path.exists("/usr/bin/python3")
+                and "the host side runs the system /usr/bin/python3") or None)
+needs_hosts = pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))
+
+OWNER, ALICE, BOB, STRANGER = "skydremote", "skydtest", "skydprobe", "skyd-squat"
+SHARE, ADMINS = "skydshare", "skydadmins"
+
+
+def _group(name: str, members: list[str]) -> None:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        subprocess.run(["groupadd", name], check=True)
+    for m in members:
+        ensure_user(m)
+        subprocess.run(["usermod", "-aG", name, m], check=True)
+
+
+@pytest.fixture(scope="module")
+def groups() -> None:
+    _group(SHARE, [OWNER, ALICE, BOB])
+    _group(ADMINS, [])
+
+
+@dataclass
+class Host:
+    wrapper: Path
+    home: Path  # the daemon's SKYD_HOME (its owner's, private)
+    socket: Path  # the shared socket
+    logins: dict[str, tuple[RealSSHD, dict[str, str]]]
+
+    def daemon(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the host's skyd as the daemon's owner (outside SSH)."""
+        return subprocess.run(
+            ["runuser", "-u", OWNER, "--", "env", f"SKYD_HOME={self.home}",
+             f"SKYD_SHARED_SOCKET={self.socket}", str(self.wrapper), *args],
+            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+    def cli(self, user: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """The real `skyd` CLI on the user's laptop, talking to the shared daemon over the
+        user's own SSH login."""
+        return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True,
+                              timeout=timeout, env=self.logins[user][1], stdin=subprocess.DEVNULL)
+
+    def ok(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        r = self.cli(user, *args)
+        assert r.returncode == 0, (f"{user}: skyd {' '.join(args)} -> {r.returncode}\n"
+                                   f"{r.stdout}\n{r.stderr}\n{self.logs()}")
+        return r
+
+    def json(self, user: str, *args: str) -> Any:
+        return json.loads(self.ok(user, *args, "-o", "json").stdout)
+
+    def logs(self) -> str:
+        p = self.home / "logs" / "daemon.log"
+        return p.read_text(errors="replace")[-3000:] if p.exists() else ""
+
+
+@pytest.fixture
+async def host(groups: None, tmp_path: Path) -> AsyncIterator[Host]:
+    shared = Path(tempfile.mkdtemp(prefix="skyd-mu-", dir=SHARED_TMP))
+    shared.chmod(0o755)
+    home = _user_dir(OWNER, "skyd-muh-")
+    sockets = _user_dir(OWNER, "skyd-mus-")  # the owner's: the daemon makes its socket dir
+    sockets.chmod(0o755)
+    h = Host(_wrapper(shared), home, sockets / "sock" / "skyd.sock", {})
+    async with contextlib.AsyncExitStack() as stack:
+        for i, user in enumerate((ALICE, BOB)):
+            s = await stack.enter_async_context(
+                real_sshd(shared / f"sshd-{user}", host=f"127.0.0.{21 + i}", user=user))
+            url = f"ssh://{user}@{s.host}:{s.port}?socket={h.socket}"
+            env = {**os.environ, "SKYD_HOME": str(tmp_path / f"laptop-{user}"),
+                   "SKYD_CONFIG_DIR": str(tmp_path / f"config-{user}"), "SKYD_HOST": url,
+                   "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                    "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+            env.pop("SKYD_SOCKET", None)
+            h.logins[user] = (s, env)
+        try:
+            yield h
+        finally:
+            h.daemon("daemon", "stop")
+            for _s, env in h.logins.values():
+                from skyd.sdk.remote import close_master, parse_host
+
+                saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SSH_OPTS")}
+                os.environ.update({k: env[k] for k in saved})
+                try:
+                    close_master(parse_host(env["SKYD_HOST"]))
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+    for d in (home, sockets, shared):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _start(h: Host, *flags: str) -> None:
+    r = h.daemon("daemon", "start", "--shared-group", SHARE, *flags)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = h.socket.stat()
+    assert oct(st.st_mode & 0o777) == "0o660" and st.st_gid == grp.getgrnam(SHARE).gr_gid
+    d = h.socket.parent.stat()
+    assert oct(d.st_mode & 0o777) == "0o750" and d.st_uid == pwd.getpwnam(OWNER).pw_uid
+    assert (h.home.stat().st_mode & 0o077) == 0  # SKYD_HOME stays private to the owner
+    assert f"shared {h.socket}" in h.daemon("daemon", "status").stdout
+
+
+def _refused(r: subprocess.CompletedProcess[str], owner: str) -> None:
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert f"belongs to user {owner}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@needs_hosts
+async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) -> None:
+    _start(host)
+    # `--workdir DIR` on the command line travels like a YAML's workdir (uploaded).
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "marker.txt").write_text("from-alices-laptop\n")
+    r = host.ok(ALICE, "launch", "-y", "-c", "mu1", "--workdir", str(wd),
+                "cat marker.txt; echo user=$SKYPILOT_USER")
+    assert "from-alices-laptop" in r.stdout + r.stderr
+    assert f"user={ALICE}" in r.stdout + r.stderr  # the job knows who submitted it
+    host.ok(ALICE, "jobs", "launch", "-y", "-d", "-n", "mj", "sleep 120")
+    rows = host.json(ALICE, "status")  # her cluster, and her managed job's cluster
+    assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in rows]
+    assert {r["user"] for r in rows} == {ALICE}
+    # Bob sees nothing of Alice's by default; --all-users shows it, with whose it is.
+    assert host.json(BOB, "status") == []
+    assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in host.json(BOB, "status", "-u")]
+    assert "USER" in host.ok(BOB, "status", "--all-users").stdout
+    sdk = ("import skyd.sdk as s\nfrom skyd.sdk import verbs as v\n"
+           "print(len(s.status()), {r['user'] for r in s.status(all_users=True)}, "
+           "len(v.jobs_queue()), len(v.jobs_queue(all_users=True)), len(s.requests_ls()), "
+           "{r['user'] for r in s.requests_ls(all_users=True)})")
+    r = subprocess.run([sys.executable, "-c", sdk], capture_output=True, text=True, timeout=60,
+                       env=host.logins[BOB][1], stdin=subprocess.DEVNULL)
+    assert r.stdout.split("\n")[0] == f"0 {{'{ALICE}'}} 0 1 0 {{'{ALICE}'}}", r.stdout + r.stderr
+    assert host.json(BOB, "jobs", "queue") == []
+    jobs = host.json(BOB, "jobs", "queue", "-u")
+    assert [(j["name"], j["user"]) for j in jobs] == [("mj", ALICE)]
+    assert host.json(BOB, "requests", "ls") == []
+    assert {r["user"] for r in host.json(BOB, "requests", "ls", "-u")} == {ALICE}
+    # Reading or acting on Alice's objects is refused, and changes nothing.
+    _refused(host.cli(BOB, "queue", "mu1"), ALICE)
+    _refused(host.cli(BOB, "logs", "mu1", "1"), ALICE)
+    _refused(host.cli(BOB, "down", "-y", "mu1"), ALICE)
+    _refused(host.cli(BOB, "exec", "mu1", "echo intruder"), ALICE)
+    job_id = str(jobs[0]["id"])
+    _refused(host.cli(BOB, "jobs", "cancel", "-y", job_id), ALICE)
+    rid = host.json(BOB, "requests", "ls", "-u")[0]["id"]
+    _refused(host.cli(BOB, "requests", "cancel", rid), ALICE)
+    r = host.cli(BOB, "down", "-y", "-a")  # "all" is all of Bob's: none
+    assert r.returncode != 0 and "no clusters" in r.stderr, r.stderr
+    assert {r["name"]: r["status"] for r in host.json(ALICE, "status")}["mu1"] == "UP"
+    assert [j["status"] for j in host.json(ALICE, "jobs", "queue")][0] not in ("CANCELLED",
+                                                                               "CANCELLING")
+    # A user outside the group cannot even connect to the shared socket.
+    ensure_user(STRANGER)
+    r = subprocess.run(["runuser", "-u", STRANGER, "--", "/usr/bin/python3", "-c",
+                        "import socket,sys; s=socket.socket(socket.AF_UNIX);"
+                        f"s.connect({str(host.socket)!r})"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "PermissionError" in r.stderr
+    # Bob may not name a path of the host (the daemon's user could read it): only uploads.
+    probe = ("import sys\nfrom skyd.cli.client import get_client\nfrom skyd.errors import "
+             "SkydError\ntry:\n    get_client().request('POST', '/v1/requests/launch', "
+             "{'command': 'ls', 'cluster_name': 'steal', 'base_dir': '/', "
+             f"'overrides': {{'workdir': {str(host.home)!r}}}}})\n"
+             "except SkydError as e:\n    print('REFUSED', e)\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=60, env=host.logins[BOB][1], stdin=subprocess.DEVNULL)
+    assert "REFUSED" in r.stdout and "only as uploads" in r.stdout, r.stdout + r.stderr
+    assert "steal" not in [c["name"] for c in host.json(BOB, "status", "-u")]
+    # Alice acts on her own.
+    host.ok(ALICE, "jobs", "cancel", "-y", job_id)
+    host.ok(ALICE, "down", "-y", "mu1")
+
+
+@needs_hosts
+async def test_the_admin_group_may_act_on_every_users_objects(host: Host) -> None:
+    subprocess.run(["usermod", "-aG", ADMINS, BOB], check=True)
+    try:
+        _start(host, "--admin-group", ADMINS)
+        host.ok(ALICE, "launch", "-y", "-c", "mu2", "echo hi")
+        host.ok(BOB, "queue", "mu2")  # an admin may read it
+        host.ok(BOB, "down", "-y", "mu2")
+        assert host.json(ALICE, "status") == []
+    finally:
+        subprocess.run(["gpasswd", "-d", BOB, ADMINS], check=False, capture_output=True)
+
+
+@needs_hosts
+async def test_deploy_shares_the_daemon_and_prints_the_members_line(host: Host,
+                                                                    tmp_path: Path) -> None:
+    """`skyd daemon deploy --shared-group G` starts the host daemon shared with G and prints
+    the SKYD_HOST line (with the shared socket) a member uses over their own login."""
+    bindir = _user_dir(OWNER, "skyd-mub-")
+    try:
+        async with real_sshd(host.wrapper.parent / "sshd-owner", host="127.0.0.23",
+                             user=OWNER) as s:
+            env = {**os.environ, "SKYD_HOME": str(tmp_path / "laptop-owner"),
+                   "SKYD_CONFIG_DIR": str(tmp_path / "config-owner"),
+                   "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                    "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+            env.pop("SKYD_SOCKET", None)
+            env.pop("SKYD_HOST", None)
+            url = f"ssh://{OWNER}@{s.host}:{s.port}?bin={bindir}/skyd"
+            r = subprocess.run([str(SKYD_BIN), "daemon", "deploy", url, "--remote-home",
+                                str(host.home), "--binary", str(host.wrapper),
+                                "--shared-group", SHARE], capture_output=True, text=True,
+                               timeout=180, env=env, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0, r.stdout + r.stderr
+            line = next(ln for ln in r.stderr.splitlines() if f"group {SHARE}" in ln)
+            member = line.split("export SKYD_HOST=", 1)[1]
+            assert member.startswith("ssh://THEIR_USER@") and "socket=" in member
+            sock = member.split("socket=", 1)[1]
+            uid = pwd.getpwnam(OWNER).pw_uid
+            assert sock == f"/var/tmp/skyd-shared-{uid}/skyd.sock"
+            st = os.stat(sock)
+            assert oct(st.st_mode & 0o777) == "0o660" and st.st_gid == grp.getgrnam(SHARE).gr_gid
+            # Alice, over her own login, reaches it with that socket.
+            alice = host.logins[ALICE]
+            host.logins[ALICE] = (alice[0], {**alice[1], "SKYD_HOST":
+                                             f"ssh://{ALICE}@{alice[0].host}:{alice[0].port}"
+                                             f"?socket={sock}"})
+            assert host.json(ALICE, "status") == []
+            # A member never starts the daemon: once it is stopped, the error names the socket.
+            host.daemon("daemon", "stop")
+            r = host.cli(ALICE, "status")
+            assert r.returncode != 0 and sock in r.stderr, r.stderr
+    finally:
+        host.daemon("daemon", "stop")
+        shutil.rmtree(bindir, ignore_errors=True)
+        shutil.rmtree(f"/var/tmp/skyd-shared-{pwd.getpwnam(OWNER).pw_uid}", ignore_errors=True)
+
+
+def test_an_older_database_upgrades_with_rows_owned_by_the_daemon_user(tmp_path: Path) -> None:
+    """The owner columns come with a migration step of each table's schema; rows from before
+    (a database made by schema v6, tests/data/state_db_v6.sql) belong to the daemon's user."""
+    import anyio
+
+    import skyd.jobs.schema
+    import skyd.pipeline.schema
+    import skyd.serve.schema
+    import skyd.storage.schema  # noqa: F401 - the features' tables, as the daemon loads them
+    from skyd.daemon.owners import daemon_user
+    from skyd.daemon.store import Store
+
+    db = tmp_path / "state.db"
+    with sqlite3.connect(db) as c:
+        c.executescript((Path(__file__).resolve().parents[1] / "data" / "state_db_v6.sql").read_text())
+        c.execute("PRAGMA user_version = 6")
+        c.execute("INSERT INTO clusters (name, status) VALUES ('old', 'UP')")
+        c.execute("INSERT INTO requests (id, verb, status, created_at) "
+                  "VALUES ('abcd1234', 'launch', 'SUCCEEDED', 0)")
+    with sqlite3.connect(db) as c:
+        assert "user" not in {r[1] for r in c.execute("PRAGMA table_info(clusters)")}
+
+    async def new() -> None:
+        s = Store(db)
+        await s.open()
+        await s.close()
+
+    anyio.run(new)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT user FROM clusters").fetchall() == [(daemon_user(),)]
+        assert c.execute("SELECT user FROM requests").fetchall() == [(daemon_user(),)]
+        for table in ("managed_jobs", "job_pools", "services", "storage_buckets"):
+            assert "user" in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}, table
+
+
+async def test_every_mutation_of_another_users_object_is_refused(tmp_path: Path) -> None:
+    """The whole class, verb by verb: each mutating verb naming another user's cluster, job,
+    service, pool or bucket is refused for a plain member, allowed for an admin and for the
+    owner; `all` means all of the caller's own."""
+    from skyd.daemon import owners
+    from skyd.daemon.store import Store
+
+    store = Store(tmp_path / "state.db")
+    await store.open()
+    try:
+        for table, cols, vals in (
+                ("clusters", "name, status", ("c1", "UP")),
+                ("services", "name, status", ("s1", "READY")),
+                ("job_pools", "name, task, workers, status, created_at", ("p1", "{}", 1, "READY", 0)),
+                ("storage_buckets", "name, store, persistent, status, created_at",
+                 ("b1", "s3", 0, "READY", 0))):
+            await store.execute(f"INSERT INTO {table} ({cols}, user) VALUES "
+                                f"({','.join('?' * len(vals))}, 'alice')", vals)
+        await store.execute("INSERT INTO managed_jobs (id, name, status, dag, user) VALUES "
+                            "(7, 'mj', 'RUNNING', '{}', 'alice')")
+        alice = owners.Caller(1, "alice", False)
+        bob = owners.Caller(2, "bob", False)
+        admin = owners.Caller(3, "carol", True)
+        cases = {
+            "launch": {"cluster_name": "c1"}, "exec": {"cluster_name": "c1"},
+            "cancel": {"cluster_name": "c1", "job_ids": [1]},
+            "stop": {"clusters": ["c1"]}, "start": {"clusters": ["c1"]},
+            "down": {"clusters": ["c1"]}, "autostop": {"clusters": ["c1"], "idle_minutes": 5},
+            "jobs.cancel": {"ids": [7]}, "serve.update": {"name": "s1"},
+            "serve.down": {"names": ["s1"]}, "jobs.pool_apply": {"name": "p1"},
+            "jobs.pool_down": {"names": ["p1"]}, "jobs.launch": {"pool": "p1"},
+            "storage.delete": {"names": ["b1"]},
+        }
+        assert set(cases) == set(owners.MUTATIONS)
+        for verb, payload in cases.items():
+            with pytest.raises(owners.NotYoursError, match="belongs to user alice"):
+                await owners.check_mutation(store, bob, verb, payload)
+            assert await owners.check_mutation(store, alice, verb, payload) == payload
+            assert await owners.check_mutation(store, admin, verb, payload) == payload
+        with pytest.raises(owners.NotYoursError):  # a managed job named, not numbered
+            await owners.check_mutation(store, bob, "jobs.cancel", {"name": "mj"})
+        from skyd.errors import NotFoundError
+
+        with pytest.raises(NotFoundError, match="bob has no clusters"):
+            await owners.check_mutation(store, bob, "down", {"clusters": [], "all": True})
+        # -a of one user's daemon (every row theirs) is unchanged; -a -u is an admin's only.
+        all_down = {"clusters": [], "all": True}
+        assert await owners.check_mutation(store, alice, "down", all_down) == all_down
+        await store.execute("INSERT INTO clusters (name, status, user) VALUES ('c2', 'UP', 'bob')")
+        with pytest.raises(NotFoundError, match="carol has no clusters"):  # an admin's -a: own
+            await owners.check_mutation(store, admin, "down", all_down)
+        assert await owners.check_mutation(store, admin, "down",
+                                           {**all_down, "all_users": True}) == all_down
+        with pytest.raises(owners.NotYoursError, match="every user's"):
+            await owners.check_mutation(store, bob, "down", {**all_down, "all_users": True})
+        assert (await owners.check_mutation(store, bob, "down", all_down))["clusters"] == ["c2"]
+        out = await owners.check_mutation(store, alice, "stop", all_down)
+        assert out == {"clusters": ["c1"], "all": False}  # all of hers, not Bob's c2
+        # Listings: only the caller's own, or everyone's with all_users, each with its user.
+        rows = [{"name": "c1"}]
+        assert await owners.filter_listing(store, bob, "/v1/status", rows, False) == []
+        assert await owners.filter_listing(store, bob, "/v1/status", rows, True) == [
+            {"name": "c1", "user": "alice"}]
+    finally:
+        await store.close()
+
+
+def test_work_resumed_by_the_daemon_keeps_its_submitters_ownership() -> None:
+    """A controller a restarted daemon resumes (managed job, service) runs as its
+    submitter: the clusters it makes are theirs, not the daemon user's."""
+    from skyd.daemon.owners import acting_as, current_user, daemon_user
+
+    with acting_as("alice"):
+        assert current_user() == "alice"
+    with acting_as(None):  # a row from before ownership: the daemon's user
+        assert current_user() == daemon_user()
+    assert current_user() == daemon_user()
+
+
+@needs_hosts
+def test_who_may_connect_and_who_is_an_admin(groups: None) -> None:
+    from skyd.daemon.owners import Access
+    from skyd.daemon.server import peer_allowed
+
+    ensure_user(STRANGER)
+    uid = {u: pwd.getpwnam(u).pw_uid for u in (ALICE, BOB, STRANGER)}
+    private = Access(shared_group="", admin_group="")
+    assert private.caller(uid[ALICE]) is None  # not shared: only the daemon's own user
+    assert not peer_allowed(uid[ALICE], os.getuid(), private)
+    shared = Access(shared_group=SHARE, admin_group=ADMINS)
+    alice = shared.caller(uid[ALICE])
+    assert alice is not None and (alice.name, alice.admin) == (ALICE, False)
+    assert shared.caller(uid[STRANGER]) is None
+    assert not peer_allowed(uid[STRANGER], os.getuid(), shared)
+    me = shared.caller(os.getuid())
+    assert me is not None and me.admin  # the daemon's own user
+
+
+@needs_hosts
+async def test_a_member_whose_sshd_refuses_socket_forwards_relays_with_dial_stdio(
+        host: Host, tmp_path: Path) -> None:
+    """Where the host's sshd refuses Unix-socket forwards, each connection runs
+    `skyd daemon dial-stdio` as the member with SKYD_SOCKET set to the shared socket: it
+    relays to the shared daemon and never starts one of the member's own."""
+    _start(host)
+    async with real_sshd(host.wrapper.parent / "sshd-stdio", host="127.0.0.24", user=ALICE,
+                         allow_stream_local_forwarding=False) as s:
+        env = {**host.logins[ALICE][1],
+               "SKYD_HOST": f"ssh://{ALICE}@{s.host}:{s.port}?socket={host.socket}"
+                            f"&bin={host.wrapper}",
+               "SKYD_HOME": str(tmp_path / "laptop-stdio"),
+               "SKYD_SSH_OPTS": f"-i {s.key} -o StrictHostKeyChecking=no "
+                                "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"}
+        host.logins["stdio"] = (s, env)
+        host.ok("stdio", "launch", "-y", "-c", "mu3", "echo via-stdio")
+        rows = host.json("stdio", "status")
+        assert [(r["name"], r["user"]) for r in rows] == [("mu3", ALICE)]
+        from skyd.sdk import remote as rm
+
+        saved = {k: os.environ.get(k) for k in ("SKYD_HOME", "SKYD_SSH_OPTS")}
+        os.environ.update({k: env[k] for k in saved})
+        try:
+            assert rm.forward_path(rm.parse_host(env["SKYD_HOST"])).with_suffix(
+                ".refused").exists()  # it went through dial-stdio
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        host.ok("stdio", "down", "-y", "mu3")
+        # The shared daemon stopped: the member's dial-stdio names it and starts nothing.
+        host.daemon("daemon", "stop")
+        r = host.cli("stdio", "status")
+        assert r.returncode != 0 and "no shared skyd daemon" in r.stdout + r.stderr, r.stderr
+        assert not (Path(pwd.getpwnam(ALICE).pw_dir) / ".local/share/skyd/state.db").exists()

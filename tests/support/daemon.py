@@ -1,0 +1,118 @@
+"""Helpers for tests that run the daemon as a real subprocess (no tests in here)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def guarded_pythonpath() -> str:
+    """PYTHONPATH of the processes tests start: the network guard's sitecustomize first."""
+    return os.pathsep.join([str(REPO / "tests" / "fakes" / "netguard"), str(REPO)])
+SKYD_BIN = Path(sys.executable).parent / "skyd"
+
+
+def sock_path() -> str:
+    return os.environ["SKYD_SOCKET"]
+
+
+def answers(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class DaemonProc:
+    def __init__(self, **env: str) -> None:
+        self.env = {**os.environ, "PYTHONPATH": guarded_pythonpath(), **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> DaemonProc:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "skyd.daemon"], env=self.env, cwd=str(REPO),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if answers(sock_path()):
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+            time.sleep(0.02)
+        raise RuntimeError("daemon did not start")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@contextmanager
+def running_daemon(**env: str) -> Iterator[DaemonProc]:
+    d = DaemonProc(**env).start()
+    try:
+        yield d
+    finally:
+        try:
+            d.terminate()
+        finally:
+            d.cleanup()
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``skyd`` console script."""
+    return subprocess.run(
+        [str(SKYD_BIN), *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})}, input=input,
+    )
+
+
+def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def stop_autostarted() -> None:
+    """Stop a daemon a client auto-started for this SKYD_HOME (test teardown)."""
+    from skyd.sdk.transport import stop_daemon
+
+    stop_daemon(timeout=20)

@@ -1,0 +1,76 @@
+"""Fixtures that many test modules share (a pytest plugin, registered in tests/conftest.py).
+
+A module that needs a variant (other daemon settings, another teardown) defines its own
+fixture of the same name, which takes precedence over these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import DaemonProc, cli, running_daemon, stop_autostarted
+
+
+def _left_over() -> dict[str, bool]:
+    """What the daemon still holds: clusters, live managed jobs, services (one quick call each,
+    in-process, so a clean test pays no CLI start for its teardown)."""
+    from skyd.sdk.transport import Client
+
+    def rows(c: Client, path: str) -> list[dict[str, Any]]:
+        got = c.get(path, {"all_users": 1})
+        if isinstance(got, dict):  # a listing wrapped in an object
+            got = next((v for v in got.values() if isinstance(v, list)), [])
+        return list(got or [])
+
+    with Client(autostart=False) as c:
+        clusters = rows(c, "/v1/status")
+        jobs = rows(c, "/v1/jobs")
+        services = rows(c, "/v1/services")
+    live = [j for j in jobs if not str(j.get("status", "")).startswith(
+        ("SUCCEEDED", "FAILED", "CANCELLED"))]
+    return {"clusters": bool(clusters), "jobs": bool(live), "services": bool(services)}
+
+
+@pytest.fixture
+def daemon(skyd_home: Path) -> Iterator[DaemonProc]:
+    """A daemon of this test's own SKYD_HOME; what the test left (services, managed jobs,
+    clusters) is taken down before it stops."""
+    with running_daemon() as d:
+        yield d
+        try:
+            left = _left_over()
+        except Exception:  # the test stopped the daemon itself: tear down through the CLI
+            left = {"clusters": True, "jobs": True, "services": True}
+        if left["services"]:
+            cli("serve", "down", "-a", "-y", timeout=120)
+        if left["jobs"]:
+            cli("jobs", "cancel", "-a", "-y", timeout=120)
+        if left["clusters"]:
+            cli("down", "-a", "-y", timeout=120)
+    stop_autostarted()  # a CLI call above may have started another daemon
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    """A moto server (AWS EC2 and S3 as botocore describes them) on 127.0.0.1: its URL."""
+    from tests.fakes.awsproxy import start_moto
+
+    server, url = start_moto()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(moto: str) -> Any:
+    """A boto3 S3 client of that moto server."""
+    import boto3
+
+    from tests.support.aws import REGION
+
+    return boto3.client("s3", region_name=REGION, endpoint_url=moto,
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
