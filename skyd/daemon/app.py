@@ -148,7 +148,7 @@ class Daemon:
         await self.store.open()
         log.info("skyd daemon pid %d starting (home %s, socket %s)", self.pid, paths.home(), self.socket_path)
         # Deadlines for request heads and idle keep-alive: see skyd.daemon.connections.
-        runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=1.0,
+        runner = web.AppRunner(build_app(self, self.requests), access_log=None, shutdown_timeout=1.0,
                                handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
         self.connections = ConnectionGuard(limit_from_env(), header_timeout_from_env())
         try:
