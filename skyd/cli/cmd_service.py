@@ -44,14 +44,14 @@ def _report(out: object) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
-    from skyd.daemon.service_install import install
+    from skyd.cli.service_install import install
 
     _report(install(now=bool(args.now)))
     return 0
 
 
 def run_uninstall(args: argparse.Namespace) -> int:
-    from skyd.daemon.service_install import uninstall
+    from skyd.cli.service_install import uninstall
 
     _report(uninstall())
     return 0
