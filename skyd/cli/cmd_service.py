@@ -43,15 +43,25 @@ def _report(out: object) -> None:
             sys.stdout.write("  " + shlex.join(c) + "\n")
 
 
-def run_install(args: argparse.Namespace) -> int:
-    from skyd.cli.service_install import install
+def _stop_background() -> int | None:
+    """Stop a daemon the CLI started (it holds the socket the service wants): its pid."""
+    from skyd.cli.client import running_pid, stop_daemon
 
-    _report(install(now=bool(args.now)))
+    pid = running_pid()
+    if pid is not None and pid > 0:
+        stop_daemon()
+    return pid
+
+
+def run_install(args: argparse.Namespace) -> int:
+    from skyd.daemon.service_install import install
+
+    _report(install(now=bool(args.now), stop_background=_stop_background))
     return 0
 
 
 def run_uninstall(args: argparse.Namespace) -> int:
-    from skyd.cli.service_install import uninstall
+    from skyd.daemon.service_install import uninstall
 
     _report(uninstall())
     return 0

@@ -32,6 +32,7 @@ from skyd.daemon.connections import (
     header_timeout_from_env,
     limit_from_env,
 )
+from skyd.daemon.host import Hook
 from skyd.daemon.notify import sd_notify
 from skyd.daemon.requests import RequestManager
 from skyd.daemon.store import Store
@@ -39,8 +40,6 @@ from skyd.errors import DaemonUnavailableError
 from skyd.privatefs import PRIVATE_UMASK, private_mkdir, tighten_home, unsafe_dir_reason
 
 log = logging.getLogger("skyd.daemon")
-
-Hook = Callable[["Daemon"], Awaitable[None]]
 
 
 class Daemon:

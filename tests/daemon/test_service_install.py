@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from skyd.cli import service_install as si
+from skyd.daemon import service_install as si
 from skyd.errors import SkydError
 
 REPO = Path(__file__).resolve().parents[2]
