@@ -43,10 +43,20 @@ def _report(out: object) -> None:
             sys.stdout.write("  " + shlex.join(c) + "\n")
 
 
+def _stop_background() -> int | None:
+    """Stop a daemon the CLI started (it holds the socket the service wants): its pid."""
+    from skyd.cli.client import running_pid, stop_daemon
+
+    pid = running_pid()
+    if pid is not None and pid > 0:
+        stop_daemon()
+    return pid
+
+
 def run_install(args: argparse.Namespace) -> int:
     from skyd.daemon.service_install import install
 
-    _report(install(now=bool(args.now)))
+    _report(install(now=bool(args.now), stop_background=_stop_background))
     return 0
 
 

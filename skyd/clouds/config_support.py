@@ -9,7 +9,7 @@ from typing import Any
 #: Keys the core honours, whatever the provider (dotted; a key covers what is below it).
 CORE_KEYS: frozenset[str] = frozenset({
     "allowed_clouds",             # planner: only these infras are planned or launched
-    "admin_policy",               # skyd.config.policy: validate_and_mutate on every launch
+    "admin_policy",               # skyd.sky.policy: validate_and_mutate on every launch
     "docker.run_options",         # container runtime: skyd.config.docker_run_options()
     "nvidia_gpus.disable_ecc",    # setup prelude: nvidia-smi -e 0 (effective after a reboot)
     "jobs.controller.consolidation_mode",  # always on: controllers run inside the daemon

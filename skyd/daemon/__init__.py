@@ -10,6 +10,7 @@ from skyd import face
 
 _FACE = {
     "Daemon": "app",
+    "Host": "host",
     "KV": "store",
     "MAX_ID": "http",
     "ReadContext": "context",
@@ -25,7 +26,7 @@ _FACE = {
     "register_verb": "registry",
 }
 __all__ = [
-    "Daemon", "KV", "MAX_ID", "ReadContext", "RequestContext", "Store", "add_warner",
+    "Daemon", "Host", "KV", "MAX_ID", "ReadContext", "RequestContext", "Store", "add_warner",
     "int_param", "main", "number", "on_shutdown", "on_startup", "register_read",
     "register_verb", "schema",
 ]
@@ -34,6 +35,7 @@ __getattr__ = face.lazy(__name__, _FACE)
 if TYPE_CHECKING:
     from skyd.daemon.app import Daemon, main
     from skyd.daemon.context import ReadContext, RequestContext
+    from skyd.daemon.host import Host
     from skyd.daemon.http import MAX_ID, int_param, number
     from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
     from skyd.daemon.request_config import add_warner

@@ -32,6 +32,7 @@ from skyd.daemon.connections import (
     header_timeout_from_env,
     limit_from_env,
 )
+from skyd.daemon.host import Hook
 from skyd.daemon.notify import sd_notify
 from skyd.daemon.requests import RequestManager
 from skyd.daemon.store import Store
@@ -39,8 +40,6 @@ from skyd.errors import DaemonUnavailableError
 from skyd.privatefs import PRIVATE_UMASK, private_mkdir, tighten_home, unsafe_dir_reason
 
 log = logging.getLogger("skyd.daemon")
-
-Hook = Callable[["Daemon"], Awaitable[None]]
 
 
 class Daemon:
@@ -148,7 +147,7 @@ class Daemon:
         await self.store.open()
         log.info("skyd daemon pid %d starting (home %s, socket %s)", self.pid, paths.home(), self.socket_path)
         # Deadlines for request heads and idle keep-alive: see skyd.daemon.connections.
-        runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=1.0,
+        runner = web.AppRunner(build_app(self, self.requests), access_log=None, shutdown_timeout=1.0,
                                handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
         self.connections = ConnectionGuard(limit_from_env(), header_timeout_from_env())
         try:

@@ -1,4 +1,7 @@
-"""Built-in verbs and reads: health, version, status, watch, validate, sleep."""
+"""Built-in verbs and reads: health, version, watch, validate, sleep.
+
+The core answers only what it owns; ``GET /v1/status`` (the clusters) is the pipeline's
+(skyd.pipeline.verbs), registered from its plugin."""
 
 from __future__ import annotations
 
@@ -16,16 +19,8 @@ import skyd
 from skyd import paths
 from skyd.daemon import api_models as m
 from skyd.daemon.context import ReadContext, RequestContext
-from skyd.daemon.http import JSON_CT, dumpb
 from skyd.daemon.registry import register_read, register_verb
 from skyd.errors import InvalidSpecError, SkydError
-
-STATUS_SQL = (
-    "SELECT name, status, cloud, region, zone, instance_type, accelerators, num_nodes, "
-    "use_spot, hourly_cost, launched_at, status_updated_at, autostop_minutes, autostop_down, "
-    "resources, last_use, request_id, status_reason FROM clusters ORDER BY name"
-)
-_BOOL_COLS = ("use_spot", "autostop_down")
 
 
 # -- reads -----------------------------------------------------------------------------
@@ -44,37 +39,6 @@ async def health(ctx: ReadContext, request: web.Request) -> Any:
 async def version(ctx: ReadContext, request: web.Request) -> Any:
     """The daemon's version and API version."""
     return {"version": skyd.__version__, "api": "v1"}
-
-
-async def status(ctx: ReadContext, request: web.Request) -> Any:
-    """Clusters, from SQLite (no refresh). ?name=a,b filters by name."""
-    names = [n for n in request.query.get("name", "").split(",") if n]
-    if names:
-        return [r for r in await _cluster_rows(ctx) if r["name"] in names]
-
-    async def build() -> bytes:
-        return dumpb(await _cluster_rows(ctx))
-
-    body = await ctx.store.cached("status", build)
-    return web.Response(body=body, content_type=JSON_CT)
-
-
-async def _cluster_rows(ctx: ReadContext) -> list[dict[str, Any]]:
-    rows = await ctx.store.fetchall(STATUS_SQL, json_cols=("accelerators", "resources"))
-    for r in rows:
-        for c in _BOOL_COLS:
-            if r[c] is not None:
-                r[c] = bool(r[c])
-        r["last_use"] = epoch(r.get("last_use"))
-    return rows
-
-
-def epoch(v: Any) -> float | None:
-    """A timestamp column as a number (``last_use`` is a TEXT column in older schemas)."""
-    try:
-        return None if v in (None, "") else float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 async def watch(ctx: ReadContext, request: web.Request) -> Any:
@@ -156,7 +120,6 @@ def register() -> None:
     _registered = True
     register_read("GET", "/v1/health", health, response=m.HealthResponse)
     register_read("GET", "/v1/version", version, response=m.VersionResponse)
-    register_read("GET", "/v1/status", status, summary="Clusters from SQLite (no refresh)")
     register_read("GET", "/v1/watch", watch)
     register_read("POST", "/v1/validate", validate, body=m.ValidateBody, response=m.ValidateResponse)
     register_verb("sleep", sleep, body=m.SleepBody)

@@ -18,8 +18,8 @@ from skyd.errors import SkydError
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from skyd.daemon.app import Daemon
     from skyd.daemon.bus import EventBus
+    from skyd.daemon.host import Host
 
 StageState = Literal["start", "done", "failed", "skipped"]
 TERMINAL_EVENTS = ("result", "error")
@@ -52,7 +52,7 @@ class RequestContext:
         request_id: str,
         verb: str,
         payload: dict[str, Any],
-        daemon: Daemon,
+        daemon: Host,
         log_path: Path,
         *,
         resumed: bool = False,
@@ -230,7 +230,7 @@ class ReadContext:
 
     __slots__ = ("daemon", "store", "bus", "body")
 
-    def __init__(self, daemon: Daemon, body: Any = None) -> None:
+    def __init__(self, daemon: Host, body: Any = None) -> None:
         self.daemon = daemon
         self.store = daemon.store
         self.bus = daemon.bus

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import pydantic
     from aiohttp import web
 
-    from skyd.daemon.app import Daemon
     from skyd.daemon.context import ReadContext, RequestContext
+    from skyd.daemon.host import Host
 
 VerbHandler = Callable[["RequestContext", dict[str, Any]], Awaitable[Any]]
 VerbCheck = Callable[[dict[str, Any]], Awaitable[None]]
@@ -49,18 +49,18 @@ class Read:
 
 VERBS: dict[str, Verb] = {}
 READS: dict[tuple[str, str], Read] = {}
-STARTUP_HOOKS: list[Callable[[Daemon], Awaitable[None]]] = []
-SHUTDOWN_HOOKS: list[Callable[[Daemon], Awaitable[None]]] = []
+STARTUP_HOOKS: list[Callable[[Host], Awaitable[None]]] = []
+SHUTDOWN_HOOKS: list[Callable[[Host], Awaitable[None]]] = []
 
 
-def on_startup(fn: Callable[[Daemon], Awaitable[None]]) -> None:
+def on_startup(fn: Callable[[Host], Awaitable[None]]) -> None:
     """At import of a plugin: run ``await fn(daemon)`` at daemon start, after request
     reconciliation and before the socket opens (e.g. resume managed-job controllers
     with ``daemon.spawn``)."""
     STARTUP_HOOKS.append(fn)
 
 
-def on_shutdown(fn: Callable[[Daemon], Awaitable[None]]) -> None:
+def on_shutdown(fn: Callable[[Host], Awaitable[None]]) -> None:
     """Run ``await fn(daemon)`` at daemon stop, after requests are cancelled."""
     SHUTDOWN_HOOKS.append(fn)
 

@@ -25,7 +25,7 @@ from skyd.daemon.store import dumps, dumps_finite
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 
 if TYPE_CHECKING:
-    from skyd.daemon.app import Daemon
+    from skyd.daemon.host import Host
 
 log = logging.getLogger("skyd.daemon.requests")
 
@@ -100,7 +100,7 @@ def clusters_of(payload: dict[str, Any]) -> str | None:
 
 
 class RequestManager:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Host) -> None:
         self.daemon = daemon
         self.active: dict[str, RequestContext] = {}
         self.accepting = True

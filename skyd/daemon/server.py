@@ -27,11 +27,11 @@ from skyd.daemon.http import (
     json_response,
 )
 from skyd.daemon.registry import READS, VERBS, Read
-from skyd.daemon.requests import REQUEST_ID_HEADER, validation_error
+from skyd.daemon.requests import REQUEST_ID_HEADER, RequestManager, validation_error
 from skyd.errors import InvalidSpecError, SkydError
 
 if TYPE_CHECKING:
-    from skyd.daemon.app import Daemon
+    from skyd.daemon.host import Host
 
 log = logging.getLogger("skyd.daemon.server")
 
@@ -62,7 +62,7 @@ def peer_allowed(peer_uid: int | None, daemon_uid: int,
     return access.caller(peer_uid) is not None
 
 
-def build_app(daemon: Daemon) -> web.Application:
+def build_app(daemon: Host, rm: RequestManager) -> web.Application:
     uid = os.getuid()
     access: owners.Access = getattr(daemon, "access", None) or owners.Access()
 
@@ -102,7 +102,6 @@ def build_app(daemon: Daemon) -> web.Application:
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[guard])
     app["daemon"] = daemon
-    rm = daemon.requests
 
     async def submit(request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
@@ -194,7 +193,7 @@ async def _stream_lines(request: web.Request, chunks: Any) -> web.StreamResponse
     return resp
 
 
-def _read_handler(daemon: Daemon, read: Read) -> Handler:
+def _read_handler(daemon: Host, read: Read) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         body: Any = None
         if request.method in ("POST", "PUT", "PATCH") and not read.raw_body:

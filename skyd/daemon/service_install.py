@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,8 +136,13 @@ def _systemctl(args: list[str], out: Outcome) -> None:
         )
 
 
-def install(*, now: bool = False) -> Outcome:
-    """Write the unit, daemon-reload, enable it; ``now`` also (re)starts it."""
+# Stops a daemon the CLI started in the background; answers its pid, None when none ran.
+StopBackground = Callable[[], "int | None"]
+
+
+def install(*, now: bool = False, stop_background: StopBackground | None = None) -> Outcome:
+    """Write the unit, daemon-reload, enable it; ``now`` also (re)starts it, after
+    ``stop_background()`` stopped a daemon that holds the socket."""
     path = unit_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render_unit(exec_start_argv(), install_env())
@@ -150,7 +155,7 @@ def install(*, now: bool = False) -> Outcome:
         out.messages.append("systemctl not found: systemd is not available here, so the unit "
                             "was only written. On a systemd machine run:")
     if now:
-        _stop_background_daemon(out)
+        _stop_background_daemon(out, stop_background)
     _systemctl(["daemon-reload"], out)
     _systemctl(["enable", *(["--now"] if now else []), UNIT_NAME], out)
     if now:
@@ -177,11 +182,11 @@ def uninstall() -> Outcome:
     return out
 
 
-def _stop_background_daemon(out: Outcome) -> None:
-    """A daemon started by the CLI would hold the socket the service wants: stop it."""
-    from skyd.sdk.transport import running_pid, stop_daemon
-
-    pid = running_pid()
-    if pid is not None and pid > 0 and out.systemctl:
-        stop_daemon()
+def _stop_background_daemon(out: Outcome, stop_background: StopBackground | None) -> None:
+    """A daemon started by the CLI would hold the socket the service wants: stop it (the
+    caller's client does, as ``skyd daemon stop`` would: the daemon imports no client)."""
+    if stop_background is None or not out.systemctl:
+        return
+    pid = stop_background()
+    if pid is not None and pid > 0:
         out.messages.append(f"stopped the background daemon (pid {pid}) so the service owns the socket")

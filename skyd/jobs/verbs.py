@@ -32,8 +32,8 @@ from skyd.jobs.status import TERMINAL
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from skyd.daemon.app import Daemon
     from skyd.daemon.context import ReadContext, RequestContext
+    from skyd.daemon.host import Host
 
 def _config() -> JobsConfig:
     from skyd import paths
@@ -49,7 +49,7 @@ def _config() -> JobsConfig:
     return cfg
 
 
-async def _startup(daemon: Daemon) -> None:
+async def _startup(daemon: Host) -> None:
     from skyd import paths
     from skyd.jobs.state import JobsDB, set_publisher
 
@@ -73,7 +73,7 @@ async def _startup(daemon: Daemon) -> None:
     await resume_all(db, ops, daemon.spawn, _config())
 
 
-async def _shutdown(daemon: Daemon) -> None:
+async def _shutdown(daemon: Host) -> None:
     """Stop the controllers (the store itself is the daemon's to close)."""
     try:
         m = current_manager()

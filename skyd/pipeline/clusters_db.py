@@ -253,6 +253,33 @@ async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> N
     _changed("jobs", {"cluster": cluster, "jobs": [(j["job_id"], j.get("status")) for j in jobs]})
 
 
+STATUS_SQL = (
+    "SELECT name, status, cloud, region, zone, instance_type, accelerators, num_nodes, "
+    "use_spot, hourly_cost, launched_at, status_updated_at, autostop_minutes, autostop_down, "
+    "resources, last_use, request_id, status_reason FROM clusters ORDER BY name"
+)
+_BOOL_COLS = ("use_spot", "autostop_down")
+
+
+async def status_rows(store: Any) -> list[dict[str, Any]]:
+    """The clusters as ``GET /v1/status`` lists them (no handle, no token)."""
+    rows = await store.fetchall(STATUS_SQL, json_cols=("accelerators", "resources"))
+    for r in rows:
+        for c in _BOOL_COLS:
+            if r[c] is not None:
+                r[c] = bool(r[c])
+        r["last_use"] = _epoch(r.get("last_use"))
+    return rows
+
+
+def _epoch(v: Any) -> float | None:
+    """A timestamp column as a number (``last_use`` is a TEXT column in older schemas)."""
+    try:
+        return None if v in (None, "") else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 async def list_jobs(store: Any, cluster: str) -> list[dict[str, Any]]:
     rows = await store.fetchall(
         "SELECT * FROM cluster_jobs WHERE cluster = ? ORDER BY job_id DESC", (cluster,)

@@ -202,8 +202,8 @@ def _with_policy(text: str, payload: dict[str, Any]) -> tuple[str, Any]:
         return text, None
     import yaml
 
-    from skyd.config import policy
     from skyd.config.layers import safe_load_all
+    from skyd.sky import policy
 
     docs = [d for d in safe_load_all(text, str(payload.get("yaml_path") or "<inline>"))
             if d is not None]

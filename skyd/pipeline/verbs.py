@@ -1,7 +1,7 @@
 """The cluster verbs and reads, registered with the daemon (see skyd.daemon.plugins).
 
 Verbs (requests): launch (resumable), exec, stop, start, down, autostop, cancel.
-Reads: queue, job logs (a raw byte stream), status refresh, cost-report.
+Reads: status (the clusters, from SQLite), queue, job logs (a raw byte stream), status refresh, cost-report.
 A background task refreshes cluster state every $SKYD_REFRESH_S (autostop, dead agents).
 """
 
@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import anyio
+from aiohttp import web
 
 from skyd import settings
 from skyd.clouds.base import close_clouds, get_cloud
+from skyd.daemon.http import JSON_CT, dumpb
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
 from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle, locks
@@ -23,6 +25,20 @@ from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 from skyd.pipeline.agents import agent
 
 log = logging.getLogger("skyd.pipeline.verbs")
+
+
+async def _status(ctx: Any, request: Any) -> Any:
+    """Clusters, from SQLite (no refresh). ?name=a,b filters by name. The unfiltered
+    listing many clients poll is built once per database change."""
+    names = [n for n in request.query.get("name", "").split(",") if n]
+    if names:
+        return [r for r in await cdb.status_rows(ctx.store) if r["name"] in names]
+
+    async def build() -> bytes:
+        return dumpb(await cdb.status_rows(ctx.store))
+
+    body = await ctx.store.cached("status", build)
+    return web.Response(body=body, content_type=JSON_CT)
 
 
 async def _addresses(ctx: Any, request: Any) -> Any:
@@ -222,6 +238,7 @@ def _register() -> None:
                   check=checks.check_autostop)
     register_verb("cancel", lifecycle.run_cancel, summary="Cancel jobs on a cluster",
                   check=checks.check_cancel)
+    register_read("GET", "/v1/status", _status, summary="Clusters from SQLite (no refresh)")
     register_read("GET", "/v1/clusters/{cluster}/queue", _queue, summary="Jobs on a cluster")
     register_read("GET", "/v1/clusters/{cluster}/logs", _logs, summary="Latest job's log stream")
     register_read("GET", "/v1/clusters/{cluster}/jobs/{job_id}/logs", _logs, summary="A job's log")

@@ -24,11 +24,11 @@ from skyd.serve.manager import ServeManager, current_manager
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from skyd.daemon.app import Daemon
     from skyd.daemon.context import ReadContext, RequestContext
+    from skyd.daemon.host import Host
 
 
-async def _startup(daemon: Daemon) -> None:
+async def _startup(daemon: Host) -> None:
     from skyd import paths
     from skyd.jobs.pipeline_ops import PipelineClusterOps
 
@@ -39,7 +39,7 @@ async def _startup(daemon: Daemon) -> None:
     await m.resume_all()
 
 
-async def _shutdown(daemon: Daemon) -> None:
+async def _shutdown(daemon: Host) -> None:
     try:
         m = current_manager()
     except RuntimeError:

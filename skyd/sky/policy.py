@@ -1,5 +1,8 @@
 """``admin_policy``: SkyPilot's admin policy, applied to every task a request runs.
 
+The runner sits with the policy interface it hands to the user's class (``skyd.sky``, above
+``skyd.config``): the config only names the class; the pipeline calls :func:`apply`.
+
 The config names an importable class (``admin_policy: my_pkg.MyPolicy``) implementing
 SkyPilot's interface: ``validate_and_mutate(user_request) -> MutatedUserRequest``. It may
 mutate the task and the config, or raise to reject the request (the message is shown,
@@ -15,6 +18,8 @@ import sys
 from typing import Any
 
 from skyd.errors import InvalidSpecError
+from skyd.sky.admin_policy import Config, RequestOptions, UserRequest
+from skyd.sky.task import Task
 
 
 def _alias_sky() -> None:
@@ -55,9 +60,6 @@ def apply(spec: str, docs: list[dict[str, Any]], config_data: dict[str, Any], *,
           request_name: str, options: dict[str, Any] | None = None
           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the policy on each task document; (mutated documents, mutated config)."""
-    from skyd.sky.admin_policy import Config, RequestOptions, UserRequest
-    from skyd.sky.task import Task
-
     policy = load_policy(spec)
     opts = RequestOptions(**options) if options is not None else None
     out: list[dict[str, Any]] = []
