@@ -119,22 +119,33 @@ async def _refresh(ctx: Any, request: Any) -> Any:
 
 
 async def _cost_report(ctx: Any, request: Any) -> Any:
+    """Live and torn-down clusters with their cost: the caller's own (as the listings),
+    every user's with ``?all_users=1``; each row says whose it is."""
+    from skyd.daemon import owners
+
+    caller = owners.CALLER.get()
+    everyone = caller is None or owners.wants_all(request.query)
+    mine = "" if everyone else " WHERE COALESCE(user, ?) = ?"
+    args = () if everyone else (owners.daemon_user(), caller.name)  # type: ignore[union-attr]
     now = time.time()
     rows = []
-    for r in await ctx.store.fetchall("SELECT * FROM clusters"):
+    for r in await ctx.store.fetchall(f"SELECT * FROM clusters{mine}", args):
         r = dict(r)
         dur = cdb.billed_seconds(r, now)  # time UP (or unhealthy); stopped periods are free
         rows.append(
             {"name": r["name"], "status": r["status"], "cloud": r.get("cloud"),
              "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
-             "duration_s": dur, "cost": (r.get("hourly_cost") or 0.0) * dur / 3600.0}
+             "duration_s": dur, "cost": (r.get("hourly_cost") or 0.0) * dur / 3600.0,
+             "user": r.get("user") or owners.daemon_user()}
         )
-    for r in await ctx.store.fetchall("SELECT * FROM cluster_history ORDER BY ended_at DESC"):
+    for r in await ctx.store.fetchall(
+            f"SELECT * FROM cluster_history{mine} ORDER BY ended_at DESC", args):
         r = dict(r)
         rows.append(
             {"name": r["name"], "status": "TERMINATED", "cloud": r.get("cloud"),
              "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
-             "duration_s": r.get("duration_s") or 0.0, "cost": r.get("cost") or 0.0}
+             "duration_s": r.get("duration_s") or 0.0, "cost": r.get("cost") or 0.0,
+             "user": r.get("user") or owners.daemon_user()}
         )
     return {"clusters": rows, "total_cost": sum(r["cost"] for r in rows)}
 

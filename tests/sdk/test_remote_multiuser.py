@@ -444,3 +444,119 @@ async def test_a_member_whose_sshd_refuses_socket_forwards_relays_with_dial_stdi
         r = host.cli("stdio", "status")
         assert r.returncode != 0 and "no shared skyd daemon" in r.stdout + r.stderr, r.stderr
         assert not (Path(pwd.getpwnam(ALICE).pw_dir) / ".local/share/skyd/state.db").exists()
+
+
+async def _store_with_alices_objects(path: Path) -> Any:
+    """A state store where user ``alice`` owns one object of every kind (and the daemon's
+    user a request)."""
+    import skyd.jobs.schema
+    import skyd.pipeline.schema
+    import skyd.serve.schema
+    import skyd.storage.schema  # noqa: F401 - the features' tables
+    from skyd.daemon.store import Store
+
+    store = Store(path)
+    await store.open()
+    for table, cols, vals in (
+            ("clusters", "name, status", ("c-alice", "UP")),
+            ("services", "name, status", ("s-alice", "READY")),
+            ("job_pools", "name, task, workers, status, created_at", ("p-alice", "{}", 1, "READY", 0)),
+            ("storage_buckets", "name, store, persistent, status, created_at",
+             ("b-alice", "s3", 0, "READY", 0)),
+            ("managed_jobs", "id, name, status, dag", (7, "mj-alice", "RUNNING", "{}")),
+            ("requests", "id, verb, status, created_at", ("ra11ce00", "launch", "RUNNING", 0))):
+        await store.execute(f"INSERT INTO {table} ({cols}, user) VALUES "
+                            f"({','.join('?' * len(vals))}, 'alice')", vals)
+    return store
+
+
+async def test_the_watch_stream_has_only_the_callers_own_objects(tmp_path: Path) -> None:
+    """GET /v1/watch, event by event: a plain member sees the events of their own objects
+    only (every topic), as the listings show them; ``all_users`` sees everyone's; an event
+    of an object deleted after the watcher saw it still reaches its owner; an event of an
+    unknown topic reaches only an all-users watcher."""
+    from skyd.daemon.owners import Caller, EventFilter
+
+    store = await _store_with_alices_objects(tmp_path / "state.db")
+    try:
+        await store.execute("INSERT INTO clusters (name, status, user) VALUES ('c-bob', 'UP', 'bob')")
+        alices = [
+            {"topic": "requests", "data": {"id": "ra11ce00", "status": "RUNNING"}},
+            {"topic": "clusters", "data": {"name": "c-alice", "status": "UP"}},
+            {"topic": "jobs", "data": {"cluster": "c-alice", "jobs": [[1, "RUNNING"]]}},
+            {"topic": "managed_jobs", "data": {"id": 7, "status": "RUNNING"}},
+            {"topic": "serve", "data": {"service": "s-alice"}},
+            {"topic": "clusters", "data": {"name": "c-alice", "status": "TERMINATED",
+                                           "user": "alice"}},  # a removed cluster says whose
+        ]
+        bobs = [{"topic": "clusters", "data": {"name": "c-bob", "status": "UP"}},
+                {"topic": "jobs", "data": {"cluster": "c-bob", "jobs": []}}]
+        control = [{"topic": "_hello", "data": {"pid": 1}}, {"topic": "_overflow", "data": None}]
+        odd = [{"topic": "somefeature", "data": {"name": "c-alice"}},
+               {"topic": "clusters", "data": {"name": "never-existed"}},
+               {"topic": "clusters", "data": "c-alice"}]
+        everything = alices + bobs + control + odd
+
+        async def seen(caller: Caller, all_users: bool) -> list[dict[str, Any]]:
+            f = EventFilter(store, caller, all_users)
+            return [ev for ev in everything if await f.visible(ev)]
+
+        bob = Caller(2, "bob", False)
+        assert await seen(bob, False) == bobs + control
+        assert await seen(Caller(1, "alice", False), False) == alices + control
+        assert await seen(bob, True) == everything
+        assert await seen(Caller(3, "carol", True), False) == control  # an admin: as listings
+        # A service deleted after its owner's watcher saw it: its last event still arrives.
+        f = EventFilter(store, Caller(1, "alice", False), False)
+        ev = {"topic": "serve", "data": {"service": "s-alice"}}
+        assert await f.visible(ev)
+        await store.execute("DELETE FROM services WHERE name = 's-alice'")
+        assert await f.visible(ev)
+        assert not await EventFilter(store, bob, False).visible(ev)
+    finally:
+        await store.close()
+
+
+async def test_worker_clusters_a_restarted_daemon_makes_are_the_pool_owners(
+        tmp_path: Path) -> None:
+    """A pool whose workers were still provisioning when the daemon stopped: the daemon
+    that resumes it (as its own user, no caller) makes the worker clusters as the pool's
+    owner; so does an admin's request driving another user's pool."""
+    import anyio
+
+    from skyd.daemon.owners import CALLER, Caller, current_user
+    from skyd.jobs.pools import PoolManager
+    from skyd.jobs.sim import SimClusterOps
+    from skyd.jobs.state import JobsDB
+
+    class WhoLaunches(SimClusterOps):  # the simulated cloud notes whose cluster it makes
+        def __init__(self) -> None:
+            super().__init__(default_duration=0.01)
+            self.made_by: dict[str, str] = {}
+
+        async def launch(self, task: Any, cluster_name: str, **kw: Any) -> Any:
+            self.made_by[cluster_name] = current_user()
+            return await super().launch(task, cluster_name, **kw)
+
+    store = await _store_with_alices_objects(tmp_path / "state.db")
+    try:
+        await store.execute("INSERT INTO job_pool_workers (pool, idx, cluster, status) VALUES "
+                            "('p-alice', 0, 'p-alice-w0', 'PROVISIONING')")
+        ops = WhoLaunches()
+        async with anyio.create_task_group() as tg:
+            pools = PoolManager(JobsDB(store), ops, lambda _n, fn, *a: tg.start_soon(fn, *a),
+                                poll=0.01)
+            await pools.resume()  # the daemon's start: nobody's request
+            with anyio.fail_after(20):
+                while (await pools.workers("p-alice"))[0]["status"] == "PROVISIONING":
+                    await anyio.sleep(0.02)
+            assert ops.made_by == {"p-alice-w0": "alice"}
+            # An admin scales Alice's pool up: the new worker is Alice's too.
+            token = CALLER.set(Caller(3, "carol", True))
+            try:
+                await pools.apply("p-alice", {}, 2, lambda _m: None)
+            finally:
+                CALLER.reset(token)
+            assert ops.made_by.get("p-alice-w1") == "alice", ops.made_by
+    finally:
+        await store.close()
