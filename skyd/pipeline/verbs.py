@@ -105,8 +105,18 @@ async def _logs(ctx: Any, request: Any) -> Any:
 
 
 async def _refresh(ctx: Any, request: Any) -> Any:
+    """Refresh the named clusters (or all of the caller's; ``all_users``: everyone's) from
+    their agents. Another user's named cluster is refused unless the caller is an admin."""
+    from skyd.daemon import owners
+
     body = ctx.body or {}
+    caller = owners.CALLER.get()
+    if body.get("clusters"):
+        await owners.check_owned(ctx.store, caller, "cluster", list(body["clusters"]), "refresh")
     names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
+    if not body.get("clusters") and caller is not None and not owners.wants_all(request.query):
+        mine = await owners.owners_of(ctx.store, "cluster", names)
+        names = [n for n in names if (mine.get(n) or owners.daemon_user()) == caller.name]
     await leaks.leak_pass(ctx.store, names)  # half-made attempts nobody is finishing
     if not body.get("clusters"):
         await leaks.orphan_pass(ctx.store)  # labelled objects no cluster row knows

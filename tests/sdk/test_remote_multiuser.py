@@ -560,3 +560,150 @@ async def test_worker_clusters_a_restarted_daemon_makes_are_the_pool_owners(
             assert ops.made_by.get("p-alice-w1") == "alice", ops.made_by
     finally:
         await store.close()
+
+
+# What a plain member runs on the host: raw HTTP on the shared socket (the system Python, no
+# skyd), every GET route of the daemon's OpenAPI document with another user's object in each
+# path parameter; then the live stream while the daemon's user and the member both submit.
+_MEMBER = r'''
+import http.client, json, socket, sys, time
+SOCK, ARGS = sys.argv[1], json.loads(sys.argv[2])
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.settimeout(ARGS["timeout"])
+        self.sock.connect(SOCK)
+def call(method, path, body=None, read_for=None):
+    c = C("skyd", timeout=ARGS["timeout"])
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse(); out = b""
+    end = time.monotonic() + (read_for or 1e9)
+    try:
+        while time.monotonic() < end:
+            chunk = r.read1(65536) if read_for else r.read()
+            if not chunk: break
+            out += chunk
+            if not read_for: break
+    except (socket.timeout, TimeoutError): pass
+    c.close(); return r.status, out.decode(errors="replace")
+if ARGS["mode"] == "walk":
+    res = {}
+    for path, ops in json.loads(call("GET", "/v1/openapi.json")[1])["paths"].items():
+        if "get" not in ops or path == "/v1/watch": continue
+        parts = path.split("/")
+        for i, p in enumerate(parts):
+            if p.startswith("{"):
+                parts[i] = ARGS["objects"].get(p if p == "{job_id}" else parts[i - 1], "UNMAPPED")
+        url = "/".join(parts)
+        res["GET " + path] = call("GET", url + ARGS["query"], read_for=2 if "logs" in url or "events" in url else None)
+    res["POST /v1/status/refresh"] = call("POST", "/v1/status/refresh" + ARGS["query"], {})
+    res["POST /v1/status/refresh (named)"] = call("POST", "/v1/status/refresh" + ARGS["query"],
+                                                  {"clusters": [ARGS["objects"]["clusters"]]})
+    print(json.dumps(res))
+else:
+    import threading
+    def mine():
+        time.sleep(1.5); call("POST", "/v1/requests/sleep", {"seconds": 0.1})
+    threading.Thread(target=mine).start()
+    print(json.dumps(call("GET", "/v1/watch" + ARGS["query"], read_for=ARGS["watch_s"])))
+'''
+
+
+@needs_hosts
+def test_no_read_route_shows_a_member_another_users_object(groups: None, skyd_home: Path,
+                                                           tmp_path: Path) -> None:
+    """The class, route by route: every GET route the daemon registers (its OpenAPI
+    document), and the status refresh, read by a plain member (a real Unix user on the
+    shared socket) with another user's object named in each path parameter, shows none of
+    the other users' objects: named ones are refused (403), listings have only the member's
+    own, the live stream only the member's own events. With ``all_users=1`` the listings
+    have them (the objects are there to leak)."""
+    from skyd import sdk
+    from tests.support.daemon import running_daemon
+
+    sdir = Path(tempfile.mkdtemp(prefix="skyd-muw-", dir=SHARED_TMP))
+    sdir.chmod(0o755)
+    shared = sdir / "sock" / "skyd.sock"
+    script = sdir / "member.py"
+    script.write_text(_MEMBER)
+    script.chmod(0o644)
+    db = skyd_home / "state.db"
+    try:
+        with running_daemon(SKYD_SHARED_GROUP=SHARE, SKYD_SHARED_SOCKET=str(shared),
+                            SKYD_ADMIN_GROUP=""):
+            with sqlite3.connect(db) as c:  # one object of every kind is Alice's
+                for table, cols, vals in (
+                        ("clusters", "name, status", ("c-alice", "STOPPED")),
+                        ("cluster_history", "name, cost, duration_s", ("h-alice", 1.5, 60)),
+                        ("services", "name, status", ("s-alice", "READY")),
+                        ("job_pools", "name, task, workers, status, created_at",
+                         ("p-alice", "{}", 0, "READY", 0)),
+                        ("storage_buckets", "name, store, persistent, status, created_at",
+                         ("b-alice", "s3", 0, "READY", 0)),
+                        ("managed_jobs", "id, name, status, dag",
+                         (7777, "mj-alice", "SUCCEEDED", "{}"))):
+                    c.execute(f"INSERT INTO {table} ({cols}, user) VALUES "
+                              f"({','.join('?' * len(vals))}, ?)", (*vals, ALICE))
+            theirs = sdk.submit("sleep", {"seconds": 0.1})  # the daemon's user's request
+            sdk.get_result(theirs)
+            markers = ["c-alice", "h-alice", "s-alice", "p-alice", "b-alice", "mj-alice", theirs]
+
+            def member(mode: str, query: str = "", watch_s: float = 0) -> Any:
+                args = {"mode": mode, "query": query, "timeout": 10, "watch_s": watch_s,
+                        "objects": {"clusters": "c-alice", "jobs": "7777", "services": "s-alice",
+                                    "pools": "p-alice", "requests": theirs, "{job_id}": "1"}}
+                r = subprocess.run(["runuser", "-u", BOB, "--", "/usr/bin/python3", str(script),
+                                    str(shared), json.dumps(args)], capture_output=True,
+                                   text=True, timeout=120)
+                assert r.returncode == 0, r.stdout + r.stderr
+                return json.loads(r.stdout)
+
+            seen = member("walk")
+            assert len(seen) > 15, seen  # every route was walked
+            assert not [k for k, (_s, body) in seen.items() if "UNMAPPED" in body], seen
+            for route, (code, body) in seen.items():
+                if code == 403:
+                    assert "belongs to user" in body, (route, body)
+                    continue
+                assert code < 500, (route, code, body)
+                leaked = [m for m in markers if m in body]
+                assert not leaked, f"{route} shows {BOB} another user's {leaked}: {body[:600]}"
+            # Not vacuous: every listing has them with all_users=1.
+            everyone = member("walk", "?all_users=1")
+            lists = " ".join(everyone[f"GET {p}"][1] for p in (
+                "/v1/status", "/v1/jobs", "/v1/services", "/v1/pools", "/v1/storage",
+                "/v1/requests", "/v1/cost-report"))
+            assert [m for m in markers if m not in lists] == [], lists[:2000]
+            assert f'"user":"{ALICE}"' in everyone["GET /v1/cost-report"][1]
+
+            # The live stream: the daemon's user submits while the member watches.
+            with anyio_thread_submit(sdk, 2.5) as rids:
+                code, stream = member("watch", watch_s=5)
+            assert code == 200
+            events = [json.loads(ln) for ln in stream.splitlines() if ln.strip()]
+            ids = {(e.get("data") or {}).get("id") for e in events if e["topic"] == "requests"}
+            assert rids and not ids & set(rids), (rids, events)  # none of the other user's
+            assert len(ids - {None}) == 1, events  # the member's own request: its events
+    finally:
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def anyio_thread_submit(sdk: Any, after_s: float) -> Any:
+    """Submit sleep requests as the daemon's user from a thread, ``after_s`` into the
+    block (while the member watches); the ids come in the yielded list."""
+    import threading
+    import time
+
+    rids: list[str] = []
+
+    def go() -> None:
+        time.sleep(after_s)
+        rids.append(sdk.submit("sleep", {"seconds": 0.1}))
+
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        yield rids
+    finally:
+        t.join()
