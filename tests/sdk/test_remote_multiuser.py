@@ -167,6 +167,9 @@ async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) 
     assert host.json(BOB, "status") == []
     assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in host.json(BOB, "status", "-u")]
     assert "USER" in host.ok(BOB, "status", "--all-users").stdout
+    assert host.json(BOB, "cost-report")["clusters"] == []  # Alice's costs are hers
+    r = host.ok(BOB, "cost-report", "-u")
+    assert "USER" in r.stdout and "mu1" in r.stdout and ALICE in r.stdout, r.stdout
     sdk = ("import skyd.sdk as s\nfrom skyd.sdk import verbs as v\n"
            "print(len(s.status()), {r['user'] for r in s.status(all_users=True)}, "
            "len(v.jobs_queue()), len(v.jobs_queue(all_users=True)), len(s.requests_ls()), "
