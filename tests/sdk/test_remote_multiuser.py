@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -710,3 +710,42 @@ def anyio_thread_submit(sdk: Any, after_s: float) -> Any:
         yield rids
     finally:
         t.join()
+
+
+@pytest.fixture
+def tui_daemon(skyd_home: Path) -> Iterator[Path]:
+    """A daemon whose state has a cluster of its own user's and one of Alice's."""
+    from tests.support.tui import seed_db, start_daemon, stop_daemon
+
+    os.environ["SKYD_NO_AUTOSTART"] = "1"
+    seed_db([{"name": "mine-1"}, {"name": "alices-1", "user": "alice"}])
+    start_daemon()
+    try:
+        yield skyd_home
+    finally:
+        stop_daemon()
+        os.environ.pop("SKYD_NO_AUTOSTART", None)
+
+
+async def test_the_tui_shows_the_callers_own_and_u_shows_everyones(tui_daemon: Path) -> None:
+    """`skyd tui` lists the caller's own clusters (another user's are not there);
+    `skyd tui -u` and the key `u` show every user's (its live stream re-subscribed)."""
+    from skyd.tui.app import SkydApp
+    from tests.support.tui import screen_text, wait_for
+
+    app = SkydApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.painted_at is not None, what="first paint")
+        rows = app.pane("clusters").rows
+        assert "mine-1" in rows and "alices-1" not in rows
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "alices-1" in app.pane("clusters").rows,
+                       what="every user's clusters")
+        assert "alices-1" in screen_text(app)
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "alices-1" not in app.pane("clusters").rows,
+                       what="own clusters again")
+    app = SkydApp(all_users=True)  # skyd tui -u
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.painted_at is not None, what="first paint")
+        assert {"mine-1", "alices-1"} <= set(app.pane("clusters").rows)
