@@ -134,9 +134,11 @@ async def _cost_report(ctx: Any, request: Any) -> Any:
     from skyd.daemon import owners
 
     caller = owners.CALLER.get()
-    everyone = caller is None or owners.wants_all(request.query)
-    mine = "" if everyone else " WHERE COALESCE(user, ?) = ?"
-    args = () if everyone else (owners.daemon_user(), caller.name)  # type: ignore[union-attr]
+    mine = ""  # everyone's
+    args: tuple[str, ...] = ()
+    if caller is not None and not owners.wants_all(request.query):
+        mine = " WHERE COALESCE(user, ?) = ?"
+        args = (owners.daemon_user(), caller.name)
     now = time.time()
     rows = []
     for r in await ctx.store.fetchall(f"SELECT * FROM clusters{mine}", args):
