@@ -71,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     cr = sub.add_parser("cost-report", help="estimated cost of clusters, live and torn down")
     add_output_flag(cr)
+    add_all_users_flag(cr)
     cr.set_defaults(func=run_cost)
 
 
@@ -228,9 +229,10 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def run_cost(args: argparse.Namespace) -> int:
+    from skyd.cli import users
     from skyd.cli.client import get_client
 
-    r = get_client().get("/v1/cost-report")
+    r = get_client().get("/v1/cost-report", users.params(args))
     if args.output == "json":
         from skyd.cli.output import print_json
 
@@ -238,10 +240,10 @@ def run_cost(args: argparse.Namespace) -> int:
         return 0
     from skyd.cli.output import duration, print_table
 
-    print_table(r["clusters"], [
+    print_table(r["clusters"], users.columns(args, [
         ("NAME", "name"), ("STATUS", "status"), ("CLOUD", "cloud"), ("NODES", "num_nodes"),
         ("$/H", lambda x: f"{x['hourly_cost']:.2f}"), ("DURATION", lambda x: duration(x["duration_s"])),
         ("COST", lambda x: f"${x['cost']:.2f}"),
-    ], empty="No clusters yet.")
+    ]), empty="No clusters yet.")
     print(f"Total: ${r['total_cost']:.2f}")
     return 0

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     params = users.params(args, {"name": args.clusters} if args.clusters else None)
     client = get_client()
     if args.refresh:
-        client.post("/v1/status/refresh", {"clusters": args.clusters or None})
+        client.post("/v1/status/refresh", {"clusters": args.clusters or None}, users.params(args))
     rows = client.get("/v1/status", params)
     if args.output == "json":
         from skyd.cli.output import print_json

@@ -42,13 +42,19 @@ async def version(ctx: ReadContext, request: web.Request) -> Any:
 
 
 async def watch(ctx: ReadContext, request: web.Request) -> Any:
-    """ndjson stream of state-change events (?topics=requests,clusters); never ends."""
+    """ndjson stream of state-change events (?topics=requests,clusters); never ends. Only
+    the events of the caller's own objects, as the listings (?all_users=1: everyone's)."""
+    from skyd.daemon import owners
+
     topics = [t for t in request.query.get("topics", "").split(",") if t] or None
+    seen = owners.EventFilter(ctx.store, request.get("skyd_caller"),
+                              owners.wants_all(request.query))
 
     async def events() -> AsyncIterator[Any]:
         yield {"topic": "_hello", "ts": time.time(), "data": {"pid": ctx.daemon.pid}}
         async for ev in ctx.bus.subscribe(topics):
-            yield ev
+            if await seen.visible(ev):
+                yield ev
 
     return await ctx.stream_ndjson(request, events())
 

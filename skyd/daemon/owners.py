@@ -285,6 +285,7 @@ LISTINGS: dict[str, tuple[str, str]] = {
     "/v1/services": ("service", "name"),
     "/v1/pools": ("pool", "name"),
     "/v1/storage": ("bucket", "name"),
+    "/v1/status/refresh": ("cluster", "name"),  # the refreshed clusters' rows
 }
 # route path -> (kind, the route's match_info key)
 NAMED: dict[str, tuple[str, str]] = {
@@ -324,5 +325,55 @@ async def filter_listing(store: Any, caller: Caller | None, path: str, rows: Any
     return out
 
 
-__all__ = ["Access", "CALLER", "Caller", "NotYoursError", "check_mutation", "check_owned",
+# -- the live event stream (GET /v1/watch): each event names one object -----------------
+# topic -> (kind, the event data's field holding the key)
+TOPICS: dict[str, tuple[str, str]] = {
+    "requests": ("request", "id"),
+    "clusters": ("cluster", "name"),
+    "jobs": ("cluster", "cluster"),
+    "managed_jobs": ("job", "id"),
+    "serve": ("service", "service"),
+}
+_CONTROL = {"_hello", "_overflow"}
+
+
+class EventFilter:
+    """Which events of the bus one watcher may see: the caller's own objects' (as the
+    listings show them), every event with ``all_users``. An event of a topic that names no
+    object of a known kind is shown only to an all-users watcher (closed by default).
+    Owners seen are remembered, so the event of an object just deleted (its row gone) still
+    reaches its owner."""
+
+    def __init__(self, store: Any, caller: Caller | None, all_users: bool) -> None:
+        self.store = store
+        self.caller = caller
+        self.everyone = all_users or caller is None
+        self._seen: dict[tuple[str, Any], str] = {}
+
+    async def visible(self, ev: dict[str, Any]) -> bool:
+        topic = ev.get("topic")
+        if self.everyone or topic in _CONTROL:
+            return True
+        spec = TOPICS.get(str(topic))
+        data = ev.get("data")
+        if spec is None or not isinstance(data, dict):
+            return False
+        kind, field = spec
+        key = data.get(field)
+        if key is None:
+            return False
+        owner = data.get("user") if isinstance(data.get("user"), str) else None
+        if owner is None:
+            owner = self._seen.get((kind, key))
+        if owner is None:
+            found = await owners_of(self.store, kind, [key])
+            if key not in found:
+                return False  # gone before this watcher saw it: nobody's it knows of
+            owner = found[key] or daemon_user()
+        self._seen[(kind, key)] = owner
+        assert self.caller is not None
+        return _mine(owner, self.caller)
+
+
+__all__ = ["Access", "EventFilter", "CALLER", "Caller", "NotYoursError", "check_mutation", "check_owned",
            "current_user", "filter_listing", "wants_all"]

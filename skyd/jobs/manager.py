@@ -42,12 +42,15 @@ class JobsManager:
 
     # -- controllers ----------------------------------------------------------------------
 
-    def _start(self, job_id: int) -> JobController:
+    def _start(self, job_id: int, user: str | None = None) -> JobController:
+        """The job's controller (started when none runs): it acts as ``user``, the job's
+        submitter, whoever asked (an admin's cancel, a restarted daemon)."""
         ctrl = self._controllers.get(job_id)
         if ctrl is None:
             ctrl = JobController(self, job_id)
             self._controllers[job_id] = ctrl
-            self.spawn(f"managed-job-{job_id}", ctrl.run)
+            with acting_as(user):  # its clusters stay its submitter's
+                self.spawn(f"managed-job-{job_id}", ctrl.run)
         return ctrl
 
     def _forget(self, job_id: int, ctrl: JobController) -> None:
@@ -140,15 +143,15 @@ class JobsManager:
         for r in rows:
             if await self.db.request_cancel(int(r["id"])) is not None:
                 moved.append(int(r["id"]))
-                self._start(int(r["id"])).cancel()
+                row = await self.db.get_job(int(r["id"])) or {}
+                self._start(int(r["id"]), row.get("user")).cancel()
         return moved
 
     async def resume(self) -> int:
         """(Re)start a controller for every unfinished job and every pending teardown."""
         rows = await self.db.unfinished_or_dirty()
         for r in rows:
-            with acting_as(r.get("user")):  # its clusters stay its submitter's
-                self._start(int(r["id"]))
+            self._start(int(r["id"]), r.get("user"))
         await self.pools.resume()
         return len(rows)
 

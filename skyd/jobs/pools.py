@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from skyd.daemon.owners import current_user
+from skyd.daemon.owners import acting_as, current_user
 from skyd.errors import InvalidSpecError, NotFoundError
 from skyd.jobs.ops import ClusterOps, LogFn, TaskSpec
 from skyd.jobs.state import JobsDB
@@ -140,10 +140,15 @@ class PoolManager:
         await self._converge(name, log)
 
     async def _converge(self, name: str, log: LogFn) -> None:
-        """Drive every worker of the pool to what its row says (also used at resume)."""
+        """Drive every worker of the pool to what its row says (also used at resume). The
+        workers' clusters are the pool owner's, whoever (or a restarted daemon) drives it."""
         pool = await self.get(name)
         if pool is None:
             return
+        with acting_as(pool.get("user")):
+            await self._converge_pool(name, pool, log)
+
+    async def _converge_pool(self, name: str, pool: dict[str, Any], log: LogFn) -> None:
         from skyd.jobs.manager import current_manager
 
         if pool["status"] == "TERMINATING":  # cancel the jobs on the workers first

@@ -198,7 +198,7 @@ async def remove_cluster(store: Any, name: str) -> None:
             await db.execute(
                 "INSERT INTO cluster_history (name, cloud, region, zone, instance_type,"
                 " accelerators, num_nodes, use_spot, hourly_cost, launched_at, ended_at,"
-                " duration_s, cost) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " duration_s, cost, user) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name,
                     row.get("cloud"),
@@ -213,11 +213,12 @@ async def remove_cluster(store: Any, name: str) -> None:
                     now,
                     duration,
                     cost,
+                    row.get("user"),
                 ),
             )
         await db.execute("DELETE FROM clusters WHERE name = ?", (name,))
         await db.execute("DELETE FROM cluster_jobs WHERE cluster = ?", (name,))
-    _changed("clusters", {"name": name, "status": "TERMINATED"})
+    _changed("clusters", {"name": name, "status": "TERMINATED", "user": row.get("user")})
     from skyd.pipeline import sshconfig
 
     await sshconfig.remove(name)  # `ssh NAME` goes with the cluster

@@ -54,6 +54,7 @@ async def _columns_of_older_tables(db: Any) -> None:
 
 
 COMPONENT = schema.register(
-    "pipeline", [_TABLES, _columns_of_older_tables, schema.owned_by_users("clusters")],
+    "pipeline", [_TABLES, _columns_of_older_tables, schema.owned_by_users("clusters"),
+                 schema.owned_by_users("cluster_history")],
     json_columns={"clusters": ("accelerators", "handle", "resources")},
 )

@@ -121,8 +121,18 @@ async def _logs(ctx: Any, request: Any) -> Any:
 
 
 async def _refresh(ctx: Any, request: Any) -> Any:
+    """Refresh the named clusters (or all of the caller's; ``all_users``: everyone's) from
+    their agents. Another user's named cluster is refused unless the caller is an admin."""
+    from skyd.daemon import owners
+
     body = ctx.body or {}
+    caller = owners.CALLER.get()
+    if body.get("clusters"):
+        await owners.check_owned(ctx.store, caller, "cluster", list(body["clusters"]), "refresh")
     names = body.get("clusters") or [r["name"] for r in await ctx.store.fetchall("SELECT name FROM clusters")]
+    if not body.get("clusters") and caller is not None and not owners.wants_all(request.query):
+        mine = await owners.owners_of(ctx.store, "cluster", names)
+        names = [n for n in names if (mine.get(n) or owners.daemon_user()) == caller.name]
     await leaks.leak_pass(ctx.store, names)  # half-made attempts nobody is finishing
     if not body.get("clusters"):
         await leaks.orphan_pass(ctx.store)  # labelled objects no cluster row knows
@@ -135,22 +145,35 @@ async def _refresh(ctx: Any, request: Any) -> Any:
 
 
 async def _cost_report(ctx: Any, request: Any) -> Any:
+    """Live and torn-down clusters with their cost: the caller's own (as the listings),
+    every user's with ``?all_users=1``; each row says whose it is."""
+    from skyd.daemon import owners
+
+    caller = owners.CALLER.get()
+    mine = ""  # everyone's
+    args: tuple[str, ...] = ()
+    if caller is not None and not owners.wants_all(request.query):
+        mine = " WHERE COALESCE(user, ?) = ?"
+        args = (owners.daemon_user(), caller.name)
     now = time.time()
     rows = []
-    for r in await ctx.store.fetchall("SELECT * FROM clusters"):
+    for r in await ctx.store.fetchall(f"SELECT * FROM clusters{mine}", args):
         r = dict(r)
         dur = cdb.billed_seconds(r, now)  # time UP (or unhealthy); stopped periods are free
         rows.append(
             {"name": r["name"], "status": r["status"], "cloud": r.get("cloud"),
              "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
-             "duration_s": dur, "cost": (r.get("hourly_cost") or 0.0) * dur / 3600.0}
+             "duration_s": dur, "cost": (r.get("hourly_cost") or 0.0) * dur / 3600.0,
+             "user": r.get("user") or owners.daemon_user()}
         )
-    for r in await ctx.store.fetchall("SELECT * FROM cluster_history ORDER BY ended_at DESC"):
+    for r in await ctx.store.fetchall(
+            f"SELECT * FROM cluster_history{mine} ORDER BY ended_at DESC", args):
         r = dict(r)
         rows.append(
             {"name": r["name"], "status": "TERMINATED", "cloud": r.get("cloud"),
              "num_nodes": r.get("num_nodes"), "hourly_cost": r.get("hourly_cost") or 0.0,
-             "duration_s": r.get("duration_s") or 0.0, "cost": r.get("cost") or 0.0}
+             "duration_s": r.get("duration_s") or 0.0, "cost": r.get("cost") or 0.0,
+             "user": r.get("user") or owners.daemon_user()}
         )
     return {"clusters": rows, "total_cost": sum(r["cost"] for r in rows)}
 

@@ -89,8 +89,10 @@ def tail_logs(cluster_name: str, job_id: int | None = None, *, follow: bool = Tr
     yield from _c().stream_bytes(path, {"follow": "1" if follow else "0", "tail": tail})
 
 
-def cost_report() -> dict[str, Any]:
-    return dict(_c().get("/v1/cost-report"))
+def cost_report(*, all_users: bool = False) -> dict[str, Any]:
+    """Live and torn-down clusters with their cost: yours (``all_users``: every user's of
+    a shared daemon, each row with its ``user``)."""
+    return dict(_c().get("/v1/cost-report", {"all_users": 1} if all_users else None))
 
 
 def check() -> list[dict[str, Any]]:

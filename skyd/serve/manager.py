@@ -92,12 +92,15 @@ class ServeManager:
         return ctx
 
     # -- controllers ------------------------------------------------------------------
-    def _start(self, name: str) -> ServiceController:
+    def _start(self, name: str, user: str | None = None) -> ServiceController:
+        """The service's controller (started when none runs): it acts as ``user``, the
+        service's owner, whoever asked (an admin's update or down, a restarted daemon)."""
         c = self.controllers.get(name)
         if c is None:
             c = ServiceController(self, name)
             self.controllers[name] = c
-            self.spawn(f"service-{name}", c.run)
+            with acting_as(user):  # its replicas' clusters stay its owner's
+                self.spawn(f"service-{name}", c.run)
         return c
 
     def forget(self, name: str, c: ServiceController) -> None:
@@ -107,8 +110,7 @@ class ServeManager:
     async def resume_all(self) -> None:
         for svc in await self.db.services():
             self.log(svc["name"], "controller resumed after a daemon start")
-            with acting_as(svc.get("user")):  # its replicas' clusters stay its owner's
-                self._start(svc["name"])
+            self._start(svc["name"], svc.get("user"))
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Daemon shutdown: stop the controllers (rows stay: the next daemon resumes)."""
@@ -142,13 +144,14 @@ class ServeManager:
                                    field="service", hint="bring a new service up instead")
         version = await self.db.update_spec(name, {**spec, "update_mode": mode})
         self.log(name, f"update to version {version} ({mode})")
-        self._start(name).poke()
+        self._start(name, svc.get("user")).poke()
         return version
 
     async def down(self, names: list[str], *, all_services: bool = False,
                    wait: bool = True) -> list[str]:
         rows = await self.db.services()
         have = {r["name"] for r in rows}
+        owner = {r["name"]: r.get("user") for r in rows}
         if all_services:
             names = sorted(have)
         missing = [n for n in names if n not in have]
@@ -157,7 +160,7 @@ class ServeManager:
         for n in names:
             await self.db.set_service_status(n, st.SHUTTING_DOWN)
             self.log(n, "shutting down")
-            self._start(n).poke()
+            self._start(n, owner.get(n)).poke()
         if wait:
             for n in names:
                 c = self.controllers.get(n)

@@ -48,15 +48,17 @@ class SkydApp(App[None]):
         Binding("5", "show('requests')", "Requests", show=False),
         Binding("L", "launch", "Launch"),
         Binding("r", "reload", "Reload", show=False),
+        Binding("u", "all_users", "All users", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
     selected_cluster: reactive[str | None] = reactive(None)
 
     def __init__(self, socket_path: str | None = None, *, exit_after_paint: bool = False,
-                 start_dir: str | None = None) -> None:
+                 start_dir: str | None = None, all_users: bool = False) -> None:
         super().__init__()
         self.client = TuiClient(socket_path)
+        self.client.all_users = all_users
         self.exit_after_paint = exit_after_paint
         self.start_dir = start_dir
         self.t0 = time.perf_counter()
@@ -159,6 +161,14 @@ class SkydApp(App[None]):
         for name in PANES:
             self.coalescer.poke(name)
 
+    def action_all_users(self) -> None:
+        """Toggle every user's objects (a shared daemon) and the caller's own: the live
+        stream is re-subscribed and every table re-read."""
+        self.client.all_users = not self.client.all_users
+        self.notify("every user's" if self.client.all_users else "your own")
+        self.run_worker(self._watch(), group="watch", exclusive=True, exit_on_error=False)
+        self.action_reload()
+
     def action_launch(self) -> None:
         from skyd.tui.screens.launch import LaunchScreen
 
@@ -237,10 +247,11 @@ class SkydApp(App[None]):
         self.push_screen(LogScreen(title or f"request {rid}", source))
 
 
-def run(socket_path: str | None = None, *, exit_after_paint: bool = False) -> int:
+def run(socket_path: str | None = None, *, exit_after_paint: bool = False,
+        all_users: bool = False) -> int:
     import sys
 
-    app = SkydApp(socket_path, exit_after_paint=exit_after_paint)
+    app = SkydApp(socket_path, exit_after_paint=exit_after_paint, all_users=all_users)
     # The benchmark runs without a terminal: render headless (same compositor work).
     app.run(headless=exit_after_paint and not sys.stdout.isatty())
     if exit_after_paint and app.painted_at is not None:

@@ -22,6 +22,15 @@ def _is_missing_route(e: SkydError) -> bool:
 
 
 class TuiClient(AsyncClient):
+    #: every user's objects (a daemon shared by several users: `skyd tui -u`, key `u`);
+    #: by default the listings and the live stream have the caller's own only.
+    all_users: bool = False
+
+    async def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        if self.all_users:
+            params = {**(params or {}), "all_users": 1}
+        return await super().get(path, params)
+
     async def stream_bytes(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[bytes]:
         """Raw chunks of a streamed response (job logs)."""
         resp = await self._send("GET", path, None, params, None)
@@ -59,4 +68,7 @@ class TuiClient(AsyncClient):
         )
 
     def watch(self, topics: list[str] | None = None) -> AsyncIterator[dict[str, Any]]:
-        return self.stream_ndjson("/v1/watch", {"topics": topics} if topics else None)
+        params: dict[str, Any] = {"topics": topics} if topics else {}
+        if self.all_users:
+            params["all_users"] = 1
+        return self.stream_ndjson("/v1/watch", params or None)

@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,9 @@ async def test_each_user_sees_and_acts_on_their_own(host: Host, tmp_path: Path) 
     assert host.json(BOB, "status") == []
     assert ("mu1", ALICE) in [(r["name"], r["user"]) for r in host.json(BOB, "status", "-u")]
     assert "USER" in host.ok(BOB, "status", "--all-users").stdout
+    assert host.json(BOB, "cost-report")["clusters"] == []  # Alice's costs are hers
+    r = host.ok(BOB, "cost-report", "-u")
+    assert "USER" in r.stdout and "mu1" in r.stdout and ALICE in r.stdout, r.stdout
     sdk = ("import skyd.sdk as s\nfrom skyd.sdk import verbs as v\n"
            "print(len(s.status()), {r['user'] for r in s.status(all_users=True)}, "
            "len(v.jobs_queue()), len(v.jobs_queue(all_users=True)), len(s.requests_ls()), "
@@ -444,3 +447,305 @@ async def test_a_member_whose_sshd_refuses_socket_forwards_relays_with_dial_stdi
         r = host.cli("stdio", "status")
         assert r.returncode != 0 and "no shared skyd daemon" in r.stdout + r.stderr, r.stderr
         assert not (Path(pwd.getpwnam(ALICE).pw_dir) / ".local/share/skyd/state.db").exists()
+
+
+async def _store_with_alices_objects(path: Path) -> Any:
+    """A state store where user ``alice`` owns one object of every kind (and the daemon's
+    user a request)."""
+    import skyd.jobs.schema
+    import skyd.pipeline.schema
+    import skyd.serve.schema
+    import skyd.storage.schema  # noqa: F401 - the features' tables
+    from skyd.daemon.store import Store
+
+    store = Store(path)
+    await store.open()
+    for table, cols, vals in (
+            ("clusters", "name, status", ("c-alice", "UP")),
+            ("services", "name, status", ("s-alice", "READY")),
+            ("job_pools", "name, task, workers, status, created_at", ("p-alice", "{}", 1, "READY", 0)),
+            ("storage_buckets", "name, store, persistent, status, created_at",
+             ("b-alice", "s3", 0, "READY", 0)),
+            ("managed_jobs", "id, name, status, dag", (7, "mj-alice", "RUNNING", "{}")),
+            ("requests", "id, verb, status, created_at", ("ra11ce00", "launch", "RUNNING", 0))):
+        await store.execute(f"INSERT INTO {table} ({cols}, user) VALUES "
+                            f"({','.join('?' * len(vals))}, 'alice')", vals)
+    return store
+
+
+async def test_the_watch_stream_has_only_the_callers_own_objects(tmp_path: Path) -> None:
+    """GET /v1/watch, event by event: a plain member sees the events of their own objects
+    only (every topic), as the listings show them; ``all_users`` sees everyone's; an event
+    of an object deleted after the watcher saw it still reaches its owner; an event of an
+    unknown topic reaches only an all-users watcher."""
+    from skyd.daemon.owners import Caller, EventFilter
+
+    store = await _store_with_alices_objects(tmp_path / "state.db")
+    try:
+        await store.execute("INSERT INTO clusters (name, status, user) VALUES ('c-bob', 'UP', 'bob')")
+        alices = [
+            {"topic": "requests", "data": {"id": "ra11ce00", "status": "RUNNING"}},
+            {"topic": "clusters", "data": {"name": "c-alice", "status": "UP"}},
+            {"topic": "jobs", "data": {"cluster": "c-alice", "jobs": [[1, "RUNNING"]]}},
+            {"topic": "managed_jobs", "data": {"id": 7, "status": "RUNNING"}},
+            {"topic": "serve", "data": {"service": "s-alice"}},
+            {"topic": "clusters", "data": {"name": "c-alice", "status": "TERMINATED",
+                                           "user": "alice"}},  # a removed cluster says whose
+        ]
+        bobs = [{"topic": "clusters", "data": {"name": "c-bob", "status": "UP"}},
+                {"topic": "jobs", "data": {"cluster": "c-bob", "jobs": []}}]
+        control = [{"topic": "_hello", "data": {"pid": 1}}, {"topic": "_overflow", "data": None}]
+        odd = [{"topic": "somefeature", "data": {"name": "c-alice"}},
+               {"topic": "clusters", "data": {"name": "never-existed"}},
+               {"topic": "clusters", "data": "c-alice"}]
+        everything = alices + bobs + control + odd
+
+        async def seen(caller: Caller, all_users: bool) -> list[dict[str, Any]]:
+            f = EventFilter(store, caller, all_users)
+            return [ev for ev in everything if await f.visible(ev)]
+
+        bob = Caller(2, "bob", False)
+        assert await seen(bob, False) == bobs + control
+        assert await seen(Caller(1, "alice", False), False) == alices + control
+        assert await seen(bob, True) == everything
+        assert await seen(Caller(3, "carol", True), False) == control  # an admin: as listings
+        # A service deleted after its owner's watcher saw it: its last event still arrives.
+        f = EventFilter(store, Caller(1, "alice", False), False)
+        ev = {"topic": "serve", "data": {"service": "s-alice"}}
+        assert await f.visible(ev)
+        await store.execute("DELETE FROM services WHERE name = 's-alice'")
+        assert await f.visible(ev)
+        assert not await EventFilter(store, bob, False).visible(ev)
+    finally:
+        await store.close()
+
+
+async def test_worker_clusters_a_restarted_daemon_makes_are_the_pool_owners(
+        tmp_path: Path) -> None:
+    """A pool whose workers were still provisioning when the daemon stopped: the daemon
+    that resumes it (as its own user, no caller) makes the worker clusters as the pool's
+    owner; so does an admin's request driving another user's pool."""
+    import anyio
+
+    from skyd.daemon.owners import CALLER, Caller, current_user
+    from skyd.jobs.pools import PoolManager
+    from skyd.jobs.sim import SimClusterOps
+    from skyd.jobs.state import JobsDB
+
+    class WhoLaunches(SimClusterOps):  # the simulated cloud notes whose cluster it makes
+        def __init__(self) -> None:
+            super().__init__(default_duration=0.01)
+            self.made_by: dict[str, str] = {}
+
+        async def launch(self, task: Any, cluster_name: str, **kw: Any) -> Any:
+            self.made_by[cluster_name] = current_user()
+            return await super().launch(task, cluster_name, **kw)
+
+    store = await _store_with_alices_objects(tmp_path / "state.db")
+    try:
+        await store.execute("INSERT INTO job_pool_workers (pool, idx, cluster, status) VALUES "
+                            "('p-alice', 0, 'p-alice-w0', 'PROVISIONING')")
+        ops = WhoLaunches()
+        async with anyio.create_task_group() as tg:
+            pools = PoolManager(JobsDB(store), ops, lambda _n, fn, *a: tg.start_soon(fn, *a),
+                                poll=0.01)
+            await pools.resume()  # the daemon's start: nobody's request
+            with anyio.fail_after(20):
+                while (await pools.workers("p-alice"))[0]["status"] == "PROVISIONING":
+                    await anyio.sleep(0.02)
+            assert ops.made_by == {"p-alice-w0": "alice"}
+            # An admin scales Alice's pool up: the new worker is Alice's too.
+            token = CALLER.set(Caller(3, "carol", True))
+            try:
+                await pools.apply("p-alice", {}, 2, lambda _m: None)
+            finally:
+                CALLER.reset(token)
+            assert ops.made_by.get("p-alice-w1") == "alice", ops.made_by
+    finally:
+        await store.close()
+
+
+# What a plain member runs on the host: raw HTTP on the shared socket (the system Python, no
+# skyd), every GET route of the daemon's OpenAPI document with another user's object in each
+# path parameter; then the live stream while the daemon's user and the member both submit.
+_MEMBER = r'''
+import http.client, json, socket, sys, time
+SOCK, ARGS = sys.argv[1], json.loads(sys.argv[2])
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.settimeout(ARGS["timeout"])
+        self.sock.connect(SOCK)
+def call(method, path, body=None, read_for=None):
+    c = C("skyd", timeout=ARGS["timeout"])
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse(); out = b""
+    end = time.monotonic() + (read_for or 1e9)
+    try:
+        while time.monotonic() < end:
+            chunk = r.read1(65536) if read_for else r.read()
+            if not chunk: break
+            out += chunk
+            if not read_for: break
+    except (socket.timeout, TimeoutError): pass
+    c.close(); return r.status, out.decode(errors="replace")
+if ARGS["mode"] == "walk":
+    res = {}
+    for path, ops in json.loads(call("GET", "/v1/openapi.json")[1])["paths"].items():
+        if "get" not in ops or path == "/v1/watch": continue
+        parts = path.split("/")
+        for i, p in enumerate(parts):
+            if p.startswith("{"):
+                parts[i] = ARGS["objects"].get(p if p == "{job_id}" else parts[i - 1], "UNMAPPED")
+        url = "/".join(parts)
+        res["GET " + path] = call("GET", url + ARGS["query"], read_for=2 if "logs" in url or "events" in url else None)
+    res["POST /v1/status/refresh"] = call("POST", "/v1/status/refresh" + ARGS["query"], {})
+    res["POST /v1/status/refresh (named)"] = call("POST", "/v1/status/refresh" + ARGS["query"],
+                                                  {"clusters": [ARGS["objects"]["clusters"]]})
+    print(json.dumps(res))
+else:
+    import threading
+    def mine():
+        time.sleep(1.5); call("POST", "/v1/requests/sleep", {"seconds": 0.1})
+    threading.Thread(target=mine).start()
+    print(json.dumps(call("GET", "/v1/watch" + ARGS["query"], read_for=ARGS["watch_s"])))
+'''
+
+
+@needs_hosts
+def test_no_read_route_shows_a_member_another_users_object(groups: None, skyd_home: Path,
+                                                           tmp_path: Path) -> None:
+    """The class, route by route: every GET route the daemon registers (its OpenAPI
+    document), and the status refresh, read by a plain member (a real Unix user on the
+    shared socket) with another user's object named in each path parameter, shows none of
+    the other users' objects: named ones are refused (403), listings have only the member's
+    own, the live stream only the member's own events. With ``all_users=1`` the listings
+    have them (the objects are there to leak)."""
+    from skyd import sdk
+    from tests.support.daemon import running_daemon
+
+    sdir = Path(tempfile.mkdtemp(prefix="skyd-muw-", dir=SHARED_TMP))
+    sdir.chmod(0o755)
+    shared = sdir / "sock" / "skyd.sock"
+    script = sdir / "member.py"
+    script.write_text(_MEMBER)
+    script.chmod(0o644)
+    db = skyd_home / "state.db"
+    try:
+        with running_daemon(SKYD_SHARED_GROUP=SHARE, SKYD_SHARED_SOCKET=str(shared),
+                            SKYD_ADMIN_GROUP=""):
+            with sqlite3.connect(db) as c:  # one object of every kind is Alice's
+                for table, cols, vals in (
+                        ("clusters", "name, status", ("c-alice", "STOPPED")),
+                        ("cluster_history", "name, cost, duration_s", ("h-alice", 1.5, 60)),
+                        ("services", "name, status", ("s-alice", "READY")),
+                        ("job_pools", "name, task, workers, status, created_at",
+                         ("p-alice", "{}", 0, "READY", 0)),
+                        ("storage_buckets", "name, store, persistent, status, created_at",
+                         ("b-alice", "s3", 0, "READY", 0)),
+                        ("managed_jobs", "id, name, status, dag",
+                         (7777, "mj-alice", "SUCCEEDED", "{}"))):
+                    c.execute(f"INSERT INTO {table} ({cols}, user) VALUES "
+                              f"({','.join('?' * len(vals))}, ?)", (*vals, ALICE))
+            theirs = sdk.submit("sleep", {"seconds": 0.1})  # the daemon's user's request
+            sdk.get_result(theirs)
+            markers = ["c-alice", "h-alice", "s-alice", "p-alice", "b-alice", "mj-alice", theirs]
+
+            def member(mode: str, query: str = "", watch_s: float = 0) -> Any:
+                args = {"mode": mode, "query": query, "timeout": 10, "watch_s": watch_s,
+                        "objects": {"clusters": "c-alice", "jobs": "7777", "services": "s-alice",
+                                    "pools": "p-alice", "requests": theirs, "{job_id}": "1"}}
+                r = subprocess.run(["runuser", "-u", BOB, "--", "/usr/bin/python3", str(script),
+                                    str(shared), json.dumps(args)], capture_output=True,
+                                   text=True, timeout=120)
+                assert r.returncode == 0, r.stdout + r.stderr
+                return json.loads(r.stdout)
+
+            seen = member("walk")
+            assert len(seen) > 15, seen  # every route was walked
+            assert not [k for k, (_s, body) in seen.items() if "UNMAPPED" in body], seen
+            for route, (code, body) in seen.items():
+                if code == 403:
+                    assert "belongs to user" in body, (route, body)
+                    continue
+                assert code < 500, (route, code, body)
+                leaked = [m for m in markers if m in body]
+                assert not leaked, f"{route} shows {BOB} another user's {leaked}: {body[:600]}"
+            # Not vacuous: every listing has them with all_users=1.
+            everyone = member("walk", "?all_users=1")
+            lists = " ".join(everyone[f"GET {p}"][1] for p in (
+                "/v1/status", "/v1/jobs", "/v1/services", "/v1/pools", "/v1/storage",
+                "/v1/requests", "/v1/cost-report"))
+            assert [m for m in markers if m not in lists] == [], lists[:2000]
+            assert f'"user":"{ALICE}"' in everyone["GET /v1/cost-report"][1]
+
+            # The live stream: the daemon's user submits while the member watches.
+            with anyio_thread_submit(sdk, 2.5) as rids:
+                code, stream = member("watch", watch_s=5)
+            assert code == 200
+            events = [json.loads(ln) for ln in stream.splitlines() if ln.strip()]
+            ids = {(e.get("data") or {}).get("id") for e in events if e["topic"] == "requests"}
+            assert rids and not ids & set(rids), (rids, events)  # none of the other user's
+            assert len(ids - {None}) == 1, events  # the member's own request: its events
+    finally:
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def anyio_thread_submit(sdk: Any, after_s: float) -> Any:
+    """Submit sleep requests as the daemon's user from a thread, ``after_s`` into the
+    block (while the member watches); the ids come in the yielded list."""
+    import threading
+    import time
+
+    rids: list[str] = []
+
+    def go() -> None:
+        time.sleep(after_s)
+        rids.append(sdk.submit("sleep", {"seconds": 0.1}))
+
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        yield rids
+    finally:
+        t.join()
+
+
+@pytest.fixture
+def tui_daemon(skyd_home: Path) -> Iterator[Path]:
+    """A daemon whose state has a cluster of its own user's and one of Alice's."""
+    from tests.support.tui import seed_db, start_daemon, stop_daemon
+
+    os.environ["SKYD_NO_AUTOSTART"] = "1"
+    seed_db([{"name": "mine-1"}, {"name": "alices-1", "user": "alice"}])
+    start_daemon()
+    try:
+        yield skyd_home
+    finally:
+        stop_daemon()
+        os.environ.pop("SKYD_NO_AUTOSTART", None)
+
+
+async def test_the_tui_shows_the_callers_own_and_u_shows_everyones(tui_daemon: Path) -> None:
+    """`skyd tui` lists the caller's own clusters (another user's are not there);
+    `skyd tui -u` and the key `u` show every user's (its live stream re-subscribed)."""
+    from skyd.tui.app import SkydApp
+    from tests.support.tui import screen_text, wait_for
+
+    app = SkydApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.painted_at is not None, what="first paint")
+        rows = app.pane("clusters").rows
+        assert "mine-1" in rows and "alices-1" not in rows
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "alices-1" in app.pane("clusters").rows,
+                       what="every user's clusters")
+        assert "alices-1" in screen_text(app)
+        await pilot.press("u")
+        await wait_for(pilot, lambda: "alices-1" not in app.pane("clusters").rows,
+                       what="own clusters again")
+    app = SkydApp(all_users=True)  # skyd tui -u
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.painted_at is not None, what="first paint")
+        assert {"mine-1", "alices-1"} <= set(app.pane("clusters").rows)
