@@ -52,9 +52,10 @@ def tc(api: FakeInstancesAPI, skyd_home: Path, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.fixture
 async def store(skyd_home: Path) -> AsyncIterator[Any]:
+    from skyd.daemon.app import load_plugins
     from skyd.daemon.store import Store
-    from skyd.pipeline import schema  # noqa: F401 - the clusters' tables
 
+    load_plugins()  # as the daemon does before it opens its store: every feature's tables
     st = Store(skyd_home / "state.db")
     await st.open()
     try:
