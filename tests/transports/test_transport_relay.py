@@ -80,7 +80,7 @@ async def test_no_forwarding_host_runs_jobs_and_logs_through_the_relay(
         # A new transport to the same host (e.g. after a daemon reconnect) does not ask again.
         t = SSHTransport(SSHTarget(h.host, h.port, "skyd", str(priv)))
         try:
-            assert t.target.key in ssh_transport._NO_FORWARDING
+            assert t.target.key in ssh_transport.NO_FORWARDING
             await t.agent_endpoint(AgentAddress("127.0.0.1", 1, "/nonexistent.sock"))
             assert t.forwarding is False and h.forwards_refused == 1
         finally:
