@@ -54,7 +54,14 @@ async def orphan_pass(store: Any) -> list[str]:
     launch in flight is never swept."""
     from skyd.clouds.base import loaded_clouds
 
-    sweepers = [c.provisioner() for c in loaded_clouds() if hasattr(c.provisioner(), "sweep_orphans")]
+    sweepers = []
+    for c in loaded_clouds():
+        try:
+            prov = c.provisioner()
+        except NotImplementedError:  # a provider that only plans (no provisioner) made nothing
+            continue
+        if hasattr(prov, "sweep_orphans"):
+            sweepers.append(prov)
     if not sweepers:
         return []
     rows = await store.fetchall("SELECT name, tag FROM clusters")
