@@ -177,6 +177,7 @@ CONN_ERRORS: tuple[type[BaseException], ...] = (
     asyncssh.DisconnectError,
     asyncssh.ChannelOpenError,
     asyncssh.sftp.SFTPConnectionLost,
+    asyncssh.sftp.SFTPNoConnection,  # a request sent after the channel closed
     SSHConnectionLost,
     BrokenPipeError,
     ConnectionResetError,

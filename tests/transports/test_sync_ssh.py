@@ -63,3 +63,19 @@ async def test_connection_dropped_mid_sync_is_retried(skyd_home: Path, tmp_path:
             # Files confirmed before the drop are counted; up to `parallel` (32) in-flight
             # puts may have landed unconfirmed and are then skipped as up to date.
             assert 400 - 32 <= st.files <= 400 + 32
+
+
+async def test_sftp_channel_closed_before_a_put_is_retried(skyd_home: Path, tmp_path: Path) -> None:
+    """The shared SFTP channel can close between two puts (the server ended it, the
+    connection was cut): a request on it fails 'Connection not open', which is a lost
+    connection to retry, not an error to report."""
+    priv, pub = make_keypair(tmp_path / "k")
+    src = tmp_path / "src"
+    make_tree(src)
+    async with FakeSSHHost(tmp_path / "h", "127.0.0.2", pub) as h:
+        async with SSHTransport(SSHTarget(h.host, h.port, "skyd", str(priv))) as t:
+            sftp = await t.sftp()
+            sftp.exit()
+            await sftp.wait_closed()
+            st = await sync_to_remote(t, src, str(h.home / "wd"), None, method="sftp")
+            assert listing(h.home / "wd") == EXPECTED and st.files == 4
