@@ -143,21 +143,66 @@ class Access:
 
 
 # -- what each object is, where its owner is kept ----------------------------------------
-# kind -> (table, key column, how a user names it)
-KINDS: dict[str, tuple[str, str, str]] = {
-    "cluster": ("clusters", "name", "cluster"),
-    "job": ("managed_jobs", "id", "managed job"),
-    "service": ("services", "name", "service"),
-    "pool": ("job_pools", "name", "worker pool"),
-    "request": ("requests", "id", "request"),
-    "bucket": ("storage_buckets", "name", "bucket"),
-}
+# The features declare their kinds (own()): the daemon's core names no feature's table.
+@dataclass(frozen=True)
+class Kind:
+    """A kind of object users own. ``table``/``key``: where its rows and their ``user``
+    column are; ``noun``: how a user names one; ``all_key``: the payload key that lists them
+    when a verb's ``all`` narrows to the caller's own; ``by_name``: a payload ``name``
+    resolves to keys through this column; ``int_keys``: keys are integers (route parameters
+    come as text); ``live``: the SQL condition of the rows ``all`` acts on (default every
+    row)."""
+
+    name: str
+    table: str
+    key: str
+    noun: str
+    all_key: str = ""
+    by_name: str = ""
+    int_keys: bool = False
+    live: str = ""
+
+
+KINDS: dict[str, Kind] = {}
+# verb -> (kind, payload keys naming the objects, whether `all: true` means every object)
+MUTATIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+# route path -> (kind, the row field holding the key): listings filtered to the caller's own
+LISTINGS: dict[str, tuple[str, str]] = {}
+# route path -> (kind, the route's match_info key): reads of one named object
+NAMED: dict[str, tuple[str, str]] = {}
+# watch topic -> (kind, the event data's field holding the key)
+TOPICS: dict[str, tuple[str, str]] = {}
+
+
+def own(kind: Kind, *, mutations: dict[str, tuple[tuple[str, ...], bool]] | None = None,
+        listings: dict[str, str] | None = None, named: dict[str, str] | None = None,
+        topics: dict[str, str] | None = None) -> Kind:
+    """Declare ``kind`` and what names one of its objects: verbs (verb -> (payload keys,
+    whether ``all`` means every object)), listing routes (path -> row field), routes of one
+    object (path -> route parameter) and watch topics (topic -> event field). A name
+    declared twice by two kinds is a programming error."""
+    if KINDS.get(kind.name, kind) != kind:
+        raise ValueError(f"kind {kind.name!r} is declared twice")
+    KINDS[kind.name] = kind
+    for table, entries in ((MUTATIONS, {v: (kind.name, *spec) for v, spec in (mutations or {}).items()}),
+                           (LISTINGS, {p: (kind.name, f) for p, f in (listings or {}).items()}),
+                           (NAMED, {p: (kind.name, f) for p, f in (named or {}).items()}),
+                           (TOPICS, {t: (kind.name, f) for t, f in (topics or {}).items()})):
+        for k, v in entries.items():
+            if table.get(k, v) != v:
+                raise ValueError(f"{k!r} is already declared for another kind: {table[k]}")
+            table[k] = v  # type: ignore[assignment]
+    return kind
+
+
+REQUEST = own(Kind("request", "requests", "id", "request"), topics={"requests": "id"})
 
 
 async def owners_of(store: Any, kind: str, keys: list[Any] | None = None) -> dict[Any, str | None]:
     """key -> owning user, for every object of ``kind`` (or those ``keys``)."""
-    table, col, _ = KINDS[kind]
-    sql = f"SELECT {col} AS k, user FROM {table}"
+    k = KINDS[kind]
+    col = k.key
+    sql = f"SELECT {col} AS k, user FROM {k.table}"
     args: list[Any] = []
     if keys is not None:
         if not keys:
@@ -186,7 +231,7 @@ async def check_owned(store: Any, caller: Caller | None, kind: str, keys: list[A
     owners = await owners_of(store, kind, keys)
     for key in keys:
         if key in owners and not _mine(owners[key], caller):
-            _, _, noun = KINDS[kind]
+            noun = KINDS[kind].noun
             raise NotYoursError(
                 f"{noun} {key!r} belongs to user {owners[key] or daemon_user()}: "
                 f"{caller.name} may not {verb} it",
@@ -206,27 +251,6 @@ def _names(payload: dict[str, Any], *keys: str) -> list[Any]:
     return out
 
 
-# verb -> (kind, payload keys naming the objects, whether `all: true` means every object)
-MUTATIONS: dict[str, tuple[str, tuple[str, ...], bool]] = {
-    "launch": ("cluster", ("cluster_name",), False),
-    "exec": ("cluster", ("cluster_name",), False),
-    "cancel": ("cluster", ("cluster_name",), False),
-    "stop": ("cluster", ("clusters", "cluster_name"), True),
-    "start": ("cluster", ("clusters", "cluster_name"), True),
-    "down": ("cluster", ("clusters", "cluster_name"), True),
-    "autostop": ("cluster", ("clusters", "cluster_name"), True),
-    "jobs.cancel": ("job", ("ids",), True),
-    "serve.update": ("service", ("name",), False),
-    "serve.down": ("service", ("names",), True),
-    "jobs.pool_apply": ("pool", ("name",), False),
-    "jobs.pool_down": ("pool", ("names",), True),
-    "jobs.launch": ("pool", ("pool",), False),  # submitting to another user's worker pool
-    "storage.delete": ("bucket", ("names",), True),
-}
-_ALL_KEY = {"cluster": "clusters", "job": "ids", "service": "names", "pool": "names",
-            "bucket": "names"}
-
-
 async def check_mutation(store: Any, caller: Caller | None, verb: str,
                          payload: dict[str, Any]) -> dict[str, Any]:
     """Refuse a mutation of another user's object; the payload to run (``all`` of a
@@ -242,65 +266,41 @@ async def check_mutation(store: Any, caller: Caller | None, verb: str,
         if all(_mine(u, caller) for u in owners.values()):
             return payload  # nobody else's (one user's daemon): `all` as it always was
         if everyone and not caller.admin:
-            raise NotYoursError(f"{caller.name} may not act on every user's {KINDS[kind][2]}s",
+            raise NotYoursError(f"{caller.name} may not act on every user's {KINDS[kind].noun}s",
                                 field="all_users", hint="leave out -u (-a is all of yours), "
                                                         "or ask a member of the admin group")
         if everyone:
             return payload
-        own = [k for k, u in owners.items() if _mine(u, caller)]
-        if kind == "job":
-            own = await _active_jobs(store, own)
-        if not own:
-            raise NotFoundError(f"{caller.name} has no {KINDS[kind][2]}s here",
+        mine = await _live(store, KINDS[kind], [k for k, u in owners.items() if _mine(u, caller)])
+        if not mine:
+            raise NotFoundError(f"{caller.name} has no {KINDS[kind].noun}s here",
                                 field="all", hint="--all-users lists every user's")
-        return {**payload, "all": False, _ALL_KEY[kind]: own}
+        return {**payload, "all": False, KINDS[kind].all_key: mine}
     if caller.admin:
         return payload
     named = _names(payload, *keys)
-    if kind == "job" and payload.get("name"):
-        rows = await store.fetchall("SELECT id FROM managed_jobs WHERE name = ?",
+    k = KINDS[kind]
+    if k.by_name and payload.get("name"):
+        rows = await store.fetchall(f"SELECT {k.key} AS k FROM {k.table} WHERE {k.by_name} = ?",
                                     (payload["name"],))
-        named += [r["id"] for r in rows]
-    if kind == "job":
+        named += [r["k"] for r in rows]
+    if k.int_keys:
         named = [int(n) for n in named if str(n).isdigit()]
     await check_owned(store, caller, kind, named, verb.replace(".", " ").replace("_", " "))
     return payload
 
 
-async def _active_jobs(store: Any, ids: list[Any]) -> list[Any]:
-    if not ids:
-        return []
+async def _live(store: Any, kind: Kind, keys: list[Any]) -> list[Any]:
+    """Those of ``keys`` whose rows ``all`` acts on (``Kind.live``)."""
+    if not kind.live or not keys:
+        return keys
     rows = await store.fetchall(
-        f"SELECT id FROM managed_jobs WHERE id IN ({','.join('?' * len(ids))}) AND status NOT IN"
-        " ('SUCCEEDED', 'CANCELLED', 'FAILED', 'FAILED_SETUP', 'FAILED_PRECHECKS',"
-        " 'FAILED_NO_RESOURCE', 'FAILED_CONTROLLER')", ids)
-    return [r["id"] for r in rows]
+        f"SELECT {kind.key} AS k FROM {kind.table} WHERE {kind.key} IN ({','.join('?' * len(keys))})"
+        f" AND ({kind.live})", keys)
+    return [r["k"] for r in rows]
 
 
 # -- reads: listings filtered, named objects checked -------------------------------------
-# route path -> (kind, the row field holding the key)
-LISTINGS: dict[str, tuple[str, str]] = {
-    "/v1/status": ("cluster", "name"),
-    "/v1/jobs": ("job", "id"),
-    "/v1/services": ("service", "name"),
-    "/v1/pools": ("pool", "name"),
-    "/v1/storage": ("bucket", "name"),
-    "/v1/status/refresh": ("cluster", "name"),  # the refreshed clusters' rows
-}
-# route path -> (kind, the route's match_info key)
-NAMED: dict[str, tuple[str, str]] = {
-    "/v1/clusters/{cluster}/queue": ("cluster", "cluster"),
-    "/v1/clusters/{cluster}/logs": ("cluster", "cluster"),
-    "/v1/clusters/{cluster}/jobs/{job_id}/logs": ("cluster", "cluster"),
-    "/v1/clusters/{cluster}/addresses": ("cluster", "cluster"),
-    "/v1/jobs/{id}": ("job", "id"),
-    "/v1/jobs/{id}/logs": ("job", "id"),
-    "/v1/services/{name}": ("service", "name"),
-    "/v1/services/{name}/logs": ("service", "name"),
-    "/v1/pools/{name}/logs": ("pool", "name"),
-}
-
-
 def wants_all(query: Any) -> bool:
     return str(query.get("all_users", "0")).lower() not in ("0", "false", "")
 
@@ -326,14 +326,6 @@ async def filter_listing(store: Any, caller: Caller | None, path: str, rows: Any
 
 
 # -- the live event stream (GET /v1/watch): each event names one object -----------------
-# topic -> (kind, the event data's field holding the key)
-TOPICS: dict[str, tuple[str, str]] = {
-    "requests": ("request", "id"),
-    "clusters": ("cluster", "name"),
-    "jobs": ("cluster", "cluster"),
-    "managed_jobs": ("job", "id"),
-    "serve": ("service", "service"),
-}
 _CONTROL = {"_hello", "_overflow"}
 
 
@@ -375,5 +367,5 @@ class EventFilter:
         return _mine(owner, self.caller)
 
 
-__all__ = ["Access", "EventFilter", "CALLER", "Caller", "NotYoursError", "check_mutation", "check_owned",
-           "current_user", "filter_listing", "wants_all"]
+__all__ = ["Access", "EventFilter", "CALLER", "Caller", "Kind", "NotYoursError", "check_mutation",
+           "check_owned", "current_user", "filter_listing", "own", "wants_all"]

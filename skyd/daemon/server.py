@@ -207,7 +207,7 @@ def _read_handler(daemon: Host, read: Read) -> Handler:
         named = owners.NAMED.get(read.path)
         if named is not None:
             key: Any = request.match_info.get(named[1])
-            if named[0] == "job" and isinstance(key, str) and key.isdigit():
+            if owners.KINDS[named[0]].int_keys and isinstance(key, str) and key.isdigit():
                 key = int(key)
             await owners.check_owned(daemon.store, caller, named[0], [key], "read")
         out = await read.handler(ReadContext(daemon, body), request)

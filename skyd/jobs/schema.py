@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyd.daemon import schema
+from skyd.daemon import owners, schema
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS managed_jobs (
@@ -60,3 +60,24 @@ async def _columns_of_older_tables(db: Any) -> None:
 
 COMPONENT = schema.register("jobs", [_TABLES, _columns_of_older_tables,
                                       schema.owned_by_users("managed_jobs", "job_pools")])
+
+
+# Who owns a managed job or a worker pool (skyd.daemon.owners). `all` of a non-admin acts on
+# their jobs that have not ended; a job may be named by its name.
+_ENDED = ("'SUCCEEDED', 'CANCELLED', 'FAILED', 'FAILED_SETUP', 'FAILED_PRECHECKS', "
+          "'FAILED_NO_RESOURCE', 'FAILED_CONTROLLER'")
+owners.own(
+    owners.Kind("job", "managed_jobs", "id", "managed job", all_key="ids", by_name="name",
+                int_keys=True, live=f"status NOT IN ({_ENDED})"),
+    mutations={"jobs.cancel": (("ids",), True)},
+    listings={"/v1/jobs": "id"},
+    named={"/v1/jobs/{id}": "id", "/v1/jobs/{id}/logs": "id"},
+    topics={"managed_jobs": "id"},
+)
+owners.own(
+    owners.Kind("pool", "job_pools", "name", "worker pool", all_key="names"),
+    mutations={"jobs.pool_apply": (("name",), False), "jobs.pool_down": (("names",), True),
+               "jobs.launch": (("pool",), False)},  # submitting to another user's worker pool
+    listings={"/v1/pools": "name"},
+    named={"/v1/pools/{name}/logs": "name"},
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyd.daemon import schema
+from skyd.daemon import owners, schema
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS clusters (
@@ -57,4 +57,19 @@ COMPONENT = schema.register(
     "pipeline", [_TABLES, _columns_of_older_tables, schema.owned_by_users("clusters"),
                  schema.owned_by_users("cluster_history")],
     json_columns={"clusters": ("accelerators", "handle", "resources")},
+)
+
+
+# Who owns a cluster (skyd.daemon.owners): the verbs, routes and watch topics that name one.
+owners.own(
+    owners.Kind("cluster", "clusters", "name", "cluster", all_key="clusters"),
+    mutations={"launch": (("cluster_name",), False), "exec": (("cluster_name",), False),
+               "cancel": (("cluster_name",), False), "stop": (("clusters", "cluster_name"), True),
+               "start": (("clusters", "cluster_name"), True), "down": (("clusters", "cluster_name"), True),
+               "autostop": (("clusters", "cluster_name"), True)},
+    listings={"/v1/status": "name", "/v1/status/refresh": "name"},
+    named={"/v1/clusters/{cluster}/queue": "cluster", "/v1/clusters/{cluster}/logs": "cluster",
+           "/v1/clusters/{cluster}/jobs/{job_id}/logs": "cluster",
+           "/v1/clusters/{cluster}/addresses": "cluster"},
+    topics={"clusters": "name", "jobs": "cluster"},
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyd.daemon import schema
+from skyd.daemon import owners, schema
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS services (
@@ -44,3 +44,13 @@ CREATE TABLE IF NOT EXISTS serve_preemptions (
 
 COMPONENT = schema.register("serve", [_TABLES, _columns_of_older_tables, _PREEMPTIONS,
                                        schema.owned_by_users("services")])
+
+
+# Who owns a service (skyd.daemon.owners).
+owners.own(
+    owners.Kind("service", "services", "name", "service", all_key="names"),
+    mutations={"serve.update": (("name",), False), "serve.down": (("names",), True)},
+    listings={"/v1/services": "name"},
+    named={"/v1/services/{name}": "name", "/v1/services/{name}/logs": "name"},
+    topics={"serve": "service"},
+)

@@ -3,7 +3,7 @@ database (skyd.daemon.schema). Importing this module registers it."""
 
 from __future__ import annotations
 
-from skyd.daemon import schema
+from skyd.daemon import owners, schema
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS storage_buckets (
@@ -13,3 +13,11 @@ CREATE TABLE IF NOT EXISTS storage_buckets (
 """
 
 COMPONENT = schema.register("storage", [_TABLES, schema.owned_by_users("storage_buckets")])
+
+
+# Who owns a bucket skyd made (skyd.daemon.owners).
+owners.own(
+    owners.Kind("bucket", "storage_buckets", "name", "bucket", all_key="names"),
+    mutations={"storage.delete": (("names",), True)},
+    listings={"/v1/storage": "name"},
+)

@@ -7,16 +7,20 @@ after RunInstances reached moto) leave nothing in moto."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from skyd.sdk.transport import Client
 from tests.fakes.awsproxy import POINTS
 from tests.support.aws import Cloud, fake_aws
+from tests.support.launches import (
+    cluster_row,
+    failed_attempts,
+    launch_events,
+    request_events,
+    submit_launch,
+)
 from tests.support.pipeline import Env, module_env, write
 
 TASK = ("resources:\n  infra: aws/us-east-1\n  instance_type: m6i.large\n"
@@ -47,39 +51,12 @@ def fresh(aws: Cloud) -> Iterator[None]:
     aws.proxy.release()
 
 
-def _submit(tmp_path: Path, name: str, task: str = TASK) -> str:
-    y = write(tmp_path / f"{name}.yaml", task)
-    with Client(autostart=False) as c:
-        return c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                   "base_dir": str(tmp_path), "cluster_name": name})
-
-
-def _events(rid: str) -> list[dict[str, Any]]:
-    with Client(autostart=False) as c:
-        return list(c.events(rid, True))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[str]:
-    return [e["scope"] for e in evs if e.get("type") == "stage" and e.get("name") == "PROVISION"
-            and e.get("state") == "failed"]
-
-
-def _row(env: Env, name: str) -> dict[str, Any] | None:
-    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
-        return dict(r) if r else None
-    finally:
-        con.close()
-
-
 def test_launch_exec_down_end_to_end_on_loopback(env: Env, aws: Cloud, tmp_path: Path) -> None:
     y = write(tmp_path / "t.yaml", TASK.replace("run:", "num_nodes: 2\nrun:"))
     r = env.ok("launch", "-c", "aws-e2e", "-y", str(y), timeout=180)
     assert "hello-aws rank=0" in r.stdout + r.stderr or "hello-aws" in env.ok(
         "logs", "aws-e2e", "1", "--no-follow").stdout
-    row = _row(env, "aws-e2e")
+    row = cluster_row(env.home, "aws-e2e")
     assert row is not None and row["status"] == "UP"
     handle = json.loads(row["handle"])
     assert handle["cloud"] == "aws" and handle["region"] == "us-east-1"
@@ -98,9 +75,9 @@ def test_failover_across_exhausted_zones(env: Env, aws: Cloud, tmp_path: Path) -
     for zone in exhausted:
         aws.proxy.fail(zone, "InsufficientInstanceCapacity")
     refused = len(aws.proxy.refused)
-    evs = _events(_submit(tmp_path, "aws-fo"))
+    evs = launch_events(tmp_path, "aws-fo", TASK)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == ["zone"] * 4
+    assert [scope for _, scope in failed_attempts(evs)] == ["zone"] * 4
     assert sorted(z for z, _ in aws.proxy.refused[refused:]) == exhausted  # each tried once
     logs = " ".join(e.get("text", "") for e in evs)
     assert "InsufficientInstanceCapacity" in logs  # the provider's own words
@@ -139,9 +116,9 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
 ) -> None:
     name = f"aws-k9-{point.replace('_', '-')}"
     aws.proxy.pause_at(point)
-    rid = _submit(tmp_path, name)
+    rid = submit_launch(tmp_path, name, TASK)
     assert aws.proxy.reached.wait(60), f"the launch never reached {point}"
-    row = _row(env, name)  # the partial handle was in SQLite before RunInstances
+    row = cluster_row(env.home, name)  # the partial handle was in SQLite before RunInstances
     assert row is not None and row["handle"] is None and row["cloud"] == "aws" and row["tag"]
     tag = row["tag"]
     env.kill9_daemon()
@@ -158,9 +135,9 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
     first = wait_for(tagged, timeout=20)  # the orphan exists in moto now
     assert first
     env.start_daemon()
-    evs = _events(rid)
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["status"] == "UP"
     now = {n["instance_id"] for n in json.loads(row["handle"])["nodes"]}
     assert tagged() == set() and not (first & now)  # the orphan was terminated
@@ -221,21 +198,21 @@ def test_a_gpu_node_proves_its_gpus_and_an_ami_without_the_driver_is_named(
     attempt's instance is terminated."""
     task = ("resources:\n  infra: aws/us-east-1/use1-az6\n  instance_type: g4dn.xlarge\n"
             "run: nvidia-smi --query-gpu=name --format=csv,noheader\n")
-    evs = _events(_submit(tmp_path, "awsgpu", task))
+    evs = launch_events(tmp_path, "awsgpu", task)
     text = json.dumps(evs)
     assert evs[-1]["type"] == "result", text[-2000:]
     assert "GPUs confirmed by the node agents: T4:1 per node" in text, evs[-3:]
-    assert _row(env, "awsgpu") is not None
+    assert cluster_row(env.home, "awsgpu") is not None
     env.ok("down", "awsgpu", "-y")
     assert aws.leftovers() == {}
     plain = [i for i in aws.boto().describe_images(Owners=["amazon"])["Images"]
              if "ubuntu" in str(i.get("Name", "")).lower() and "deep learning" not in str(i.get("Name", "")).lower()]
     assert plain, "moto ships Ubuntu AMIs"
     ami = plain[0]["ImageId"]
-    evs = _events(_submit(tmp_path, "awsnodrv", task.replace("g4dn.xlarge\n", f"g4dn.xlarge\n  image_id: {ami}\n")))
+    evs = launch_events(tmp_path, "awsnodrv", task.replace("g4dn.xlarge\n", f"g4dn.xlarge\n  image_id: {ami}\n"))
     assert evs[-1]["type"] == "error", evs[-3:]
     text = json.dumps(evs)
     assert "aws/us-east-1" in text and ami in text and "resources.image_id" in text, evs[-3:]
     assert "nvidia-smi" in text and "node 0 has no GPUs" in text, evs[-3:]
-    assert _row(env, "awsnodrv") is None
+    assert cluster_row(env.home, "awsnodrv") is None
     assert aws.leftovers() == {}

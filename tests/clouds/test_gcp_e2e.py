@@ -7,16 +7,22 @@ the fix; `kill -9` of the daemon mid-provision leaves nothing behind after a res
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skyd.sdk.transport import Client
 from tests.fakes.gce import POINTS, FakeGCE
 from tests.support.gcp import GEnv, gcp_module_env
+from tests.support.launches import (
+    cluster_row,
+    failed_attempts,
+    launch_events,
+    nothing_left_on,
+    request_events,
+    submit_launch,
+)
 from tests.support.pipeline import cli, write
 
 TASK = "resources:\n  infra: gcp/us-central1\n  cpus: 2\nrun: echo hello-from-gce $SKYPILOT_NODE_RANK\n"
@@ -25,12 +31,8 @@ TASK = "resources:\n  infra: gcp/us-central1\n  cpus: 2\nrun: echo hello-from-gc
 @pytest.fixture(scope="module")
 def gce(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCE]:
     g = FakeGCE(tmp_path_factory.mktemp("gce"), first_ip=120).start()
-    try:
+    with nothing_left_on(g):
         yield g
-    finally:
-        left = g.live()
-        g.stop()
-    assert not left, f"instances left on the fake: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -50,33 +52,6 @@ def fresh(gce: FakeGCE) -> Iterator[None]:
 
 def _nothing_left(gce: FakeGCE) -> None:
     assert gce.live() == [] and gce.firewalls == {}, (gce.live(), gce.firewalls)
-
-
-def _row(env: GEnv, name: str) -> dict[str, Any] | None:
-    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
-        return dict(r) if r else None
-    finally:
-        con.close()
-
-
-def _submit(tmp_path: Path, name: str, text: str = TASK) -> str:
-    y = write(tmp_path / f"{name}.yaml", text)
-    with Client(autostart=False) as c:
-        return c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                   "base_dir": str(tmp_path), "cluster_name": name})
-
-
-def _events(rid: str) -> list[dict[str, Any]]:
-    with Client(autostart=False) as c:
-        return list(c.events(rid, True))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(e["target"].split()[0], e["scope"]) for e in evs
-            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
 
 
 def test_launch_exec_down_through_the_gcp_driver(env: GEnv, gce: FakeGCE, tmp_path: Path) -> None:
@@ -121,18 +96,18 @@ def test_failover_walks_exhausted_zones_then_a_quota_limited_region(
     gce.fail("us-central1-f", "ZONE_RESOURCE_POOL_EXHAUSTED", "never tried: the region is blocked")
     inserts = len(gce.inserts)
     task = TASK.replace("infra: gcp/us-central1", "infra: gcp")
-    evs = _events(_submit(tmp_path, "gfo", task))
+    evs = launch_events(tmp_path, "gfo", task)
     assert evs[-1]["type"] == "result", evs[-3:]
     # us-central1 is the cheapest region for 2 vCPUs: its zones one by one, then the quota
     # rules out the region (no other us-central1 zone is tried) and the next region works.
-    assert _failed(evs) == [("gcp/us-central1/us-central1-a", "zone"), ("gcp/us-central1/us-central1-b", "zone"),
+    assert failed_attempts(evs) == [("gcp/us-central1/us-central1-a", "zone"), ("gcp/us-central1/us-central1-b", "zone"),
                             ("gcp/us-central1/us-central1-c", "region")]
     assert "us-central1-f" not in {b["zone"] for b in gce.inserts[inserts:]}
     row = env.status("gfo")
     assert row is not None and row["status"] == "UP" and row["region"] != "us-central1", row
     logs = " ".join(e.get("text", "") + e.get("error", "") for e in evs)
     assert "ZONE_RESOURCE_POOL_EXHAUSTED" in logs and "QUOTA_EXCEEDED" in logs
-    tag = _row(env, "gfo")["tag"]  # type: ignore[index]
+    tag = cluster_row(env.home, "gfo")["tag"]  # type: ignore[index]
     assert len(gce.live()) == 1 and len(gce.live(tag)) == 1  # the failed attempts left nothing
     env.ok("down", "gfo", "-y")
     _nothing_left(gce)
@@ -183,17 +158,17 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
 ) -> None:
     name = f"gk9-{point.replace('_', '-')}"
     gce.pause_at(point)
-    rid = _submit(tmp_path, name)
+    rid = submit_launch(tmp_path, name, TASK)
     assert gce.reached.wait(60), f"the launch never reached {point}"
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["handle"] is None and row["cloud"] == "gcp"
     tag = row["tag"]
     env.kill9_daemon()
     gce.release()
     env.start_daemon()
-    evs = _events(rid)
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["status"] == "UP"
     if row["tag"] != tag:  # the resumed launch removed the first attempt and started over
         assert gce.live(tag) == []

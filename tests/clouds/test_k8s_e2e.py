@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from skyd.sdk.transport import Client
 from tests.fakes.kubeapi import FakeKube, gpu_node
-from tests.support.gcp import GEnv, guarded_module_env
+from tests.support.gcp import GEnv
+from tests.support.kube import Kubes, kube_module_env, two_kubes
+from tests.support.launches import failed_attempts, launch_events, request_events, submit_launch
 from tests.support.pipeline import cli, write
 
 TASK = "resources:\n  infra: k8s/a-lab\n  cpus: 2\nrun: echo hello-from-pod $SKYPILOT_NODE_RANK\n"
@@ -21,50 +22,28 @@ AMD = ("resources:\n  infra: k8s\n  accelerators: MI300X:8\n"
        "run: echo amd-rank-$SKYPILOT_NODE_RANK\n")
 
 
-@pytest.fixture(scope="module")
-def kubes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKube, FakeKube]]:
-    a = FakeKube(tmp_path_factory.mktemp("kube-a")).start()
-    b = FakeKube(tmp_path_factory.mktemp("kube-b")).start()
+def _nodes(a: FakeKube, b: FakeKube) -> None:
     a.add_node(gpu_node("cpu-a", {}, cpu="16", memory="64Gi"))
     # a-lab's MI300X node is reserved for another team: the pod can never land there
     a.add_node(gpu_node("mi300-a", {"amd.com/gpu.device-id": "74a1"}, gpus={"amd.com/gpu": 8},
                         taints=[{"key": "dedicated", "value": "other-team", "effect": "NoSchedule"}]))
     b.add_node(gpu_node("mi300-b", {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"},
                         gpus={"amd.com/gpu": 8}))
-    try:
-        yield a, b
-    finally:
-        left = a.live() + b.live()
-        a.stop()
-        b.stop()
-    assert not left, f"objects left on the fakes: {left}"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, kubes: tuple[FakeKube, FakeKube]) -> Iterator[GEnv]:
-    a, b = kubes
-    base = tmp_path_factory.mktemp("k8senv")
-    cfg = a.kubeconfig(base / "kubeconfig", {"a-lab": "skyd", "b-lab": "skyd"}, servers={"b-lab": b.url})
-    log = base / "netguard.log"
-    env_vars = {"KUBECONFIG": str(cfg), "SKYD_K8S_POLL_S": "0.1", "SKYD_PROVISION_TIMEOUT_S": "90"}
-    with guarded_module_env(tmp_path_factory, log, env_vars) as e:
+def kubes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubes]:
+    with two_kubes(tmp_path_factory, _nodes) as k:
+        yield k
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, kubes: Kubes) -> Iterator[GEnv]:
+    with kube_module_env(tmp_path_factory, kubes) as e:
         yield e
 
 
-def _events(tmp_path: Path, name: str, text: str) -> list[dict[str, Any]]:
-    y = write(tmp_path / f"{name}.yaml", text)
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
-        return list(c.events(rid, True))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(e["target"].split()[0], e["scope"]) for e in evs
-            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
-
-
-def test_launch_exec_logs_down_on_pods(env: GEnv, kubes: tuple[FakeKube, FakeKube], tmp_path: Path) -> None:
+def test_launch_exec_logs_down_on_pods(env: GEnv, kubes: Kubes, tmp_path: Path) -> None:
     a, _ = kubes
     y = write(tmp_path / "t.yaml", TASK.replace("cpus: 2", "cpus: 2\nnum_nodes: 2"))
     r = env.ok("launch", "-y", "-c", "k1", str(y), timeout=180)
@@ -82,12 +61,12 @@ def test_launch_exec_logs_down_on_pods(env: GEnv, kubes: tuple[FakeKube, FakeKub
     assert a.live() == []
 
 
-def test_never_schedulable_context_fails_over_at_once(env: GEnv, kubes: tuple[FakeKube, FakeKube],
+def test_never_schedulable_context_fails_over_at_once(env: GEnv, kubes: Kubes,
                                                       tmp_path: Path) -> None:
     a, b = kubes
-    evs = _events(tmp_path, "kamd", AMD)
+    evs = launch_events(tmp_path, "kamd", AMD)
     assert evs[-1]["type"] == "result", "\n".join(str(e) for e in evs if e.get("type") != "log")
-    failed = _failed(evs)
+    failed = failed_attempts(evs)
     assert failed in ([], [("kubernetes/a-lab", "region")]), failed
     row = env.status("kamd")
     assert row is not None and row["region"] == "b-lab", row
@@ -100,7 +79,7 @@ def test_never_schedulable_context_fails_over_at_once(env: GEnv, kubes: tuple[Fa
     assert b.live() == [], r.stdout
 
 
-def test_bad_input_one_message_nothing_left(env: GEnv, kubes: tuple[FakeKube, FakeKube], tmp_path: Path) -> None:
+def test_bad_input_one_message_nothing_left(env: GEnv, kubes: Kubes, tmp_path: Path) -> None:
     a, b = kubes
     y = write(tmp_path / "bad.yaml", TASK.replace("k8s/a-lab", "k8s/nosuch"))
     r = cli("launch", "-y", "-c", "kbad", str(y), timeout=120)
@@ -121,7 +100,7 @@ def test_bad_input_one_message_nothing_left(env: GEnv, kubes: tuple[FakeKube, Fa
     assert a.live() == [] and b.live() == []
 
 
-def test_status_refresh_sweeps_only_this_installs_orphans(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+def test_status_refresh_sweeps_only_this_installs_orphans(env: GEnv, kubes: Kubes) -> None:
     import hashlib
     import socket
 
@@ -142,7 +121,7 @@ def test_status_refresh_sweeps_only_this_installs_orphans(env: GEnv, kubes: tupl
     a.services.clear()
 
 
-def test_show_gpus_per_context(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+def test_show_gpus_per_context(env: GEnv, kubes: Kubes) -> None:
     import json
 
     r = env.ok("show-gpus", "--infra", "k8s", "-o", "json")
@@ -152,7 +131,7 @@ def test_show_gpus_per_context(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> N
     assert "b-lab" in r.stdout and "a-lab" not in r.stdout and "8 of 8 free" in r.stdout, r.stdout
 
 
-def test_show_gpus_k8s_is_served_by_the_warm_daemon(env: GEnv, kubes: tuple[FakeKube, FakeKube]) -> None:
+def test_show_gpus_k8s_is_served_by_the_warm_daemon(env: GEnv, kubes: Kubes) -> None:
     """The daemon answers GET /v1/gpus/k8s[?context=]; the CLI asks it and never imports
     the kubernetes client itself (that import is most of a cold CLI's wall)."""
     import json
@@ -172,7 +151,7 @@ def test_show_gpus_k8s_is_served_by_the_warm_daemon(env: GEnv, kubes: tuple[Fake
 
 
 def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
-    env: GEnv, kubes: tuple[FakeKube, FakeKube], tmp_path: Path
+    env: GEnv, kubes: Kubes, tmp_path: Path
 ) -> None:
     import json
     import sqlite3
@@ -181,10 +160,7 @@ def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
     a, _ = kubes
     a.hold = True
     try:
-        y = write(tmp_path / "k9.yaml", TASK)
-        with Client(autostart=False) as c:
-            rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                      "base_dir": str(tmp_path), "cluster_name": "k9"})
+        rid = submit_launch(tmp_path, "k9", TASK)
         deadline = time.monotonic() + 60
         while not [x for x in a.live() if x.startswith("Pod/")] and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -193,8 +169,7 @@ def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
     finally:
         a.hold = False
     env.start_daemon()
-    with Client(autostart=False) as c:
-        evs = list(c.events(rid, True))
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
     con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
     try:
@@ -207,7 +182,7 @@ def test_kill9_while_pods_pend_then_restart_leaves_only_the_cluster(
     assert a.live() == []
 
 
-def test_evicted_pods_read_as_preempted_and_nothing_is_left(env: GEnv, kubes: tuple[FakeKube, FakeKube],
+def test_evicted_pods_read_as_preempted_and_nothing_is_left(env: GEnv, kubes: Kubes,
                                                            tmp_path: Path) -> None:
     a, _ = kubes
     y = write(tmp_path / "ev.yaml", TASK)

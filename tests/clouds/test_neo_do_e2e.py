@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from skyd.sdk.transport import Client
 from tests.fakes.doapi import AMD_SIZES, FakeDO
 from tests.fakes.vmapi import free_port
 from tests.support.gcp import GEnv, guarded_module_env
+from tests.support.launches import events_text, failed_attempts, launch_events, nothing_left_on
 from tests.support.neo import do_environ, write_catalog
 from tests.support.pipeline import write
 
@@ -27,13 +26,8 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeDO, Fa
     do = FakeDO(tmp_path_factory.mktemp("do"), first_ip=150, ssh_port=port, regions=("nyc1",)).start()
     amd = FakeDO(tmp_path_factory.mktemp("amd"), first_ip=170, ssh_port=port, token="amd-fake",
                  regions=("atl1",), sizes=AMD_SIZES).start()
-    try:
+    with nothing_left_on(do, amd):
         yield do, amd  # type: ignore[misc]
-    finally:
-        left = do.live() + amd.live()
-        do.stop()
-        amd.stop()
-    assert not left, f"droplets left on the fakes: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -60,24 +54,6 @@ def fresh(fakes: tuple[FakeDO, FakeDO]) -> Iterator[None]:
     do.token, amd.token = tokens
 
 
-def _events(tmp_path: Path, name: str) -> list[dict[str, Any]]:
-    y = write(tmp_path / f"{name}.yaml", TASK)
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
-        return list(c.events(rid, True))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(e["target"].split()[0], e["scope"]) for e in evs
-            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
-
-
-def _text(evs: list[dict[str, Any]]) -> str:
-    return " ".join(str(e.get("text", "")) + str(e.get("error", "")) + str(e.get("reason", ""))
-                    for e in evs)
-
-
 def test_launch_exec_down_on_the_cheapest_mi300x8(env: GEnv, fakes: tuple[FakeDO, FakeDO],
                                                    tmp_path: Path) -> None:
     do, amd = fakes
@@ -98,10 +74,10 @@ def test_out_of_capacity_fails_over_to_amd_developer_cloud(env: GEnv, fakes: tup
                                                            tmp_path: Path) -> None:
     do, amd = fakes
     do.no_capacity()
-    evs = _events(tmp_path, "m2")
+    evs = launch_events(tmp_path, "m2", TASK)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == [("do/nyc1", "region")]
-    assert "out of stock" in _text(evs)
+    assert failed_attempts(evs) == [("do/nyc1", "region")]
+    assert "out of stock" in events_text(evs)
     row = env.status("m2")
     assert row is not None and row["cloud"] == "amddevcloud" and row["status"] == "UP", row
     assert do.live() == [] and len(amd.live()) == 1  # the failed attempt left nothing
@@ -114,9 +90,9 @@ def test_a_wrong_key_is_skipped_with_the_reason(env: GEnv, fakes: tuple[FakeDO, 
     do, amd = fakes
     env.ok("check")  # both enabled and cached
     do.token = "dop_v1_rotated"  # the key the daemon holds is now wrong
-    evs = _events(tmp_path, "m3")
+    evs = launch_events(tmp_path, "m3", TASK)
     assert evs[-1]["type"] == "result", evs[-3:]
-    text = _text(evs)
+    text = events_text(evs)
     assert "DigitalOcean refused the token from $DIGITALOCEAN_TOKEN" in text, text
     row = env.status("m3")
     assert row is not None and row["cloud"] == "amddevcloud", row

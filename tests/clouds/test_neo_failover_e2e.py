@@ -14,11 +14,18 @@ from typing import Any
 
 import pytest
 
-from skyd.sdk.transport import Client
 from tests.fakes.crusoeapi import FakeCrusoe
 from tests.fakes.doapi import AMD_SIZES, FakeDO
 from tests.fakes.vmapi import free_port
 from tests.support.gcp import GEnv, guarded_module_env
+from tests.support.launches import (
+    cluster_row,
+    failed_attempts,
+    launch_events,
+    nothing_left_on,
+    request_events,
+    submit_launch,
+)
 from tests.support.neo import crusoe_environ, do_environ, write_catalog
 from tests.support.pipeline import write
 
@@ -50,12 +57,8 @@ class Fakes:
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fakes]:
     f = Fakes(tmp_path_factory.mktemp("neo"))
-    try:
+    with nothing_left_on(f):
         yield f
-    finally:
-        left = f.live()
-        f.stop()
-    assert not left, f"instances left on the fakes: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -77,22 +80,9 @@ def fresh(fakes: Fakes) -> Iterator[None]:
 
 
 def _launch(tmp_path: Path, name: str, task: str = TASK) -> list[dict[str, Any]]:
-    y = write(tmp_path / f"{name}.yaml", task)
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
-        evs = list(c.events(rid, True))
+    evs = launch_events(tmp_path, name, task)
     assert evs[-1]["type"] == "result", evs[-3:]
     return evs
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(e["target"].split()[0], e["scope"]) for e in evs
-            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
-
-
-def _text(evs: list[dict[str, Any]]) -> str:
-    return " ".join(str(e.get("text", "")) + str(e.get("error", "")) for e in evs)
 
 
 def test_check_names_every_provider_enabled(env: GEnv) -> None:
@@ -112,7 +102,7 @@ def test_both_droplet_clouds_out_of_capacity_lands_on_crusoe(env: GEnv, fakes: F
     fakes.do.no_capacity()
     fakes.amd.no_capacity()
     evs = _launch(tmp_path, "f1")
-    assert _failed(evs) == [("do/nyc1", "region"), ("amddevcloud/atl1", "region")]
+    assert failed_attempts(evs) == [("do/nyc1", "region"), ("amddevcloud/atl1", "region")]
     row = env.status("f1")
     assert row is not None and row["cloud"] == "crusoe" and row["status"] == "UP", row
     assert fakes.do.live() == [] and fakes.amd.live() == [] and len(fakes.cr.live()) == 1
@@ -136,7 +126,7 @@ def test_wrong_crusoe_key_and_a_full_do_land_on_amd_developer_cloud(env: GEnv, f
     fakes.amd.clear()  # AMD Developer Cloud has capacity again
     creates = len(fakes.cr.creates)
     evs = _launch(tmp_path, "f3")
-    assert _failed(evs) == [("do/nyc1", "region")]  # crusoe stays blocked: its check failed
+    assert failed_attempts(evs) == [("do/nyc1", "region")]  # crusoe stays blocked: its check failed
     assert len(fakes.cr.creates) == creates
     row = env.status("f3")
     assert row is not None and row["cloud"] == "amddevcloud", row
@@ -157,18 +147,6 @@ def test_mi355x8_on_crusoe_launch_exec_down(env: GEnv, fakes: Fakes, tmp_path: P
     assert fakes.live() == [] and fakes.cr.bad_signatures == 0
 
 
-def _row(env: GEnv, name: str) -> dict[str, Any] | None:
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
-        return dict(r) if r else None
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize("cloud,point", [("do", "before_running"), ("crusoe", "before_running"),
                                          ("crusoe", "in_operation")])
 def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
@@ -180,12 +158,9 @@ def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
         fakes.amd.no_capacity()
     name = f"k9-{cloud}-{point.replace('_', '-')}"
     fake.pause_at(point)
-    y = write(tmp_path / f"{name}.yaml", TASK)
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
+    rid = submit_launch(tmp_path, name, TASK)
     assert fake.reached.wait(60), "the create never happened"
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["handle"] is None and row["cloud"] == cloud  # the partial handle
     env.kill9_daemon()
     if point == "in_operation":  # the operation finishes only after the restarted daemon looked
@@ -195,10 +170,9 @@ def test_kill9_while_a_vm_is_starting_then_restart_leaves_only_the_cluster(
     else:
         fake.release()
         env.start_daemon()
-    with Client(autostart=False) as c:
-        evs = list(c.events(rid, True))
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["status"] == "UP" and row["cloud"] == cloud, row
     handle = json.loads(row["handle"])
     assert {str(i["id"]) for i in fake.live()} == {n["instance_id"] for n in handle["nodes"]}

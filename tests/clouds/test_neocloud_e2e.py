@@ -14,13 +14,26 @@ from typing import Any
 
 import pytest
 
-from skyd.sdk.transport import Client
 from tests.fakes.hotaisle import FakeHotAisle
 from tests.fakes.runpod import FakeRunPod
 from tests.fakes.vultr import FakeVultr
 from tests.support.gcp import GEnv, guarded_module_env
+from tests.support.launches import (
+    cluster_row,
+    failed_attempts,
+    launch_events,
+    nothing_left_on,
+    request_events,
+    submit_launch,
+)
 from tests.support.neocloud import hotaisle_env, runpod_env, vultr_env
 from tests.support.pipeline import write
+
+
+def _provider(target: str) -> str:
+    """"runpod/US-TX-3 (...)" -> "runpod": the provider of an attempt."""
+    return target.split()[0].split("/")[0]
+
 
 MI8 = ("resources:\n  infra: {infra}\n  accelerators: MI300X:8\n"
        "run: echo amd-$SKYPILOT_NODE_RANK hip=$HIP_VISIBLE_DEVICES rocr=$ROCR_VISIBLE_DEVICES\n")
@@ -32,13 +45,8 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     fs: dict[str, Any] = {"runpod": FakeRunPod(root, first_ip=140).start(),
                           "vultr": FakeVultr(root, first_ip=170).start(),
                           "hotaisle": FakeHotAisle(root, first_ip=200).start()}
-    try:
+    with nothing_left_on(*fs.values()):
         yield fs
-    finally:
-        left = {n: f.live() for n, f in fs.items() if f.live()}
-        for f in fs.values():
-            f.stop()
-    assert not left, f"machines left on the fakes: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -96,19 +104,6 @@ def test_launch_exec_down_on_each_provider(env: GEnv, fakes: dict[str, Any], tmp
     _nothing_left(fakes)
 
 
-def _events(tmp_path: Path, name: str, text: str) -> list[dict[str, Any]]:
-    y = write(tmp_path / f"{name}.yaml", text)
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
-        return list(c.events(rid, True))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(e["target"].split()[0].split("/")[0], e["scope"]) for e in evs
-            if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed"]
-
-
 ANY_MI8 = "resources:\n  accelerators: MI300X:8\nrun: echo landed\n"
 
 
@@ -116,9 +111,9 @@ def test_mi300x_8_fails_over_from_the_cheapest_out_of_capacity_to_the_next(
     env: GEnv, fakes: dict[str, Any], tmp_path: Path
 ) -> None:
     fakes["hotaisle"].no_capacity.add("*")  # hotaisle $15.92/h is the cheapest 8x MI300X
-    evs = _events(tmp_path, "fo1", ANY_MI8)
+    evs = launch_events(tmp_path, "fo1", ANY_MI8)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == [("hotaisle", "region")], _failed(evs)
+    assert failed_attempts(evs, _provider) == [("hotaisle", "region")], failed_attempts(evs, _provider)
     row = env.status("fo1")
     assert row is not None and row["status"] == "UP" and row["cloud"] == "vultr", row  # $17.52/h
     assert fakes["hotaisle"].live() == [] and len(fakes["vultr"].live()) == 1
@@ -133,9 +128,9 @@ def test_a_provider_with_a_wrong_key_is_skipped_with_the_reason(
     good = set(fakes["vultr"].keys)
     fakes["vultr"].keys = {"rotated-key"}  # the key skyd has is no longer valid
     try:
-        evs = _events(tmp_path, "fo2", ANY_MI8)
+        evs = launch_events(tmp_path, "fo2", ANY_MI8)
         assert evs[-1]["type"] == "result", evs[-3:]
-        failed = _failed(evs)
+        failed = failed_attempts(evs, _provider)
         assert failed[:2] == [("hotaisle", "region"), ("vultr", "cloud")], failed
         text = " ".join(str(e.get("error") or "") + str(e.get("text") or "") for e in evs)
         assert "Vultr refused the API key" in text and "VULTR_API_KEY" in text, text
@@ -155,9 +150,9 @@ def test_every_candidate_failing_leaves_nothing_anywhere(env: GEnv, fakes: dict[
                                                          tmp_path: Path) -> None:
     for f in fakes.values():
         f.no_capacity.add("*")
-    evs = _events(tmp_path, "fo3", ANY_MI8)
+    evs = launch_events(tmp_path, "fo3", ANY_MI8)
     assert evs[-1]["type"] == "error", evs[-3:]
-    assert {c for c, _ in _failed(evs)} == {"hotaisle", "vultr", "runpod"}
+    assert {c for c, _ in failed_attempts(evs, _provider)} == {"hotaisle", "vultr", "runpod"}
     _nothing_left(fakes)
     assert env.status("fo3") is None
 
@@ -180,18 +175,6 @@ def test_dryrun_plan_shows_the_minimum_reservation_charge(env: GEnv, tmp_path: P
     assert "hotaisle" in out and "Minimum charge: hotaisle bills at least 60 min per machine: $ 15.92" in out, out
 
 
-def _row(env: GEnv, name: str) -> dict[str, Any] | None:
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
-        return dict(r) if r else None
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize("infra", ["runpod", "vultr", "hotaisle"])
 def test_kill9_while_the_create_is_unanswered_then_restart_leaves_nothing(
     env: GEnv, fakes: dict[str, Any], tmp_path: Path, infra: str
@@ -202,19 +185,15 @@ def test_kill9_while_the_create_is_unanswered_then_restart_leaves_nothing(
     name = f"k9-{infra}"
     f = fakes[infra]
     f.pause_at("after_create")
-    y = write(tmp_path / f"{name}.yaml", MI8.format(infra=infra))
-    with Client(autostart=False) as c:
-        rid = c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                  "base_dir": str(tmp_path), "cluster_name": name})
+    rid = submit_launch(tmp_path, name, MI8.format(infra=infra))
     assert f.reached.wait(60), "the launch never reached the create"
     assert len(f.live()) == 1
     env.kill9_daemon()
     f.release()
     env.start_daemon()
-    with Client(autostart=False) as c:
-        evs = list(c.events(rid, True))
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["status"] == "UP" and row["handle"]
     handle = json.loads(row["handle"])
     assert {m.get("id") or m.get("name") for m in f.live()} == {n["instance_id"] for n in handle["nodes"]}

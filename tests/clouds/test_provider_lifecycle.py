@@ -7,7 +7,6 @@ pause point of the fake's API (nothing left on the fake's side)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,18 +16,29 @@ import pytest
 from skyd.sdk.transport import Client
 from tests.fakes.testcloud import PLUGIN
 from tests.fakes.testcloud.server import KEY, POINTS, FakeInstancesAPI
+from tests.support.launches import (
+    cluster_row,
+    failed_attempts,
+    launch_events,
+    nothing_left_on,
+    request_events,
+    submit_launch,
+)
 from tests.support.pipeline import Env, module_env, write
+
+HELLO = "run: echo hello-tc\n"
+
+
+def _zone(target: str) -> str:
+    """"testcloud/r1/r1-a (...)" -> "r1/r1-a": the zone of an attempt."""
+    return target.split()[0].split("/", 1)[1]
 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeInstancesAPI]:
     a = FakeInstancesAPI(tmp_path_factory.mktemp("tcapi")).start()
-    try:
+    with nothing_left_on(a):
         yield a
-    finally:
-        left = a.live()
-        a.stop()
-    assert not left, f"instances left on the fake: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -49,39 +59,8 @@ def fresh(api: FakeInstancesAPI) -> Iterator[None]:
     api.release()
 
 
-def _submit(tmp_path: Path, name: str, yaml_text: str = "run: echo hello-tc\n") -> str:
-    y = write(tmp_path / f"{name}.yaml", yaml_text)
-    with Client(autostart=False) as c:
-        return c.submit("launch", {"yaml": y.read_text(), "yaml_path": str(y),
-                                   "base_dir": str(tmp_path), "cluster_name": name})
-
-
-def _events(rid: str, follow: bool = True) -> list[dict[str, Any]]:
-    with Client(autostart=False) as c:
-        return list(c.events(rid, follow))
-
-
-def _failed(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(zone or region, scope) of every failed provisioning attempt, in order."""
-    out = []
-    for e in evs:
-        if e.get("type") == "stage" and e.get("name") == "PROVISION" and e.get("state") == "failed":
-            out.append((e["target"].split()[0].split("/", 1)[1], e["scope"]))
-    return out
-
-
-def _row(env: Env, name: str) -> dict[str, Any] | None:
-    con = sqlite3.connect(f"file:{env.home / 'state.db'}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        r = con.execute("SELECT * FROM clusters WHERE name = ?", (name,)).fetchone()
-        return dict(r) if r else None
-    finally:
-        con.close()
-
-
 def _down(env: Env, api: FakeInstancesAPI, name: str) -> None:
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     env.ok("down", name, "-y")
     if row and row.get("tag"):
         assert api.live(row["tag"]) == []
@@ -93,9 +72,9 @@ def test_failover_walks_zone_region_cloud(env: Env, api: FakeInstancesAPI, tmp_p
     api.fail("r2", "r2-a", "quota")  # region: r2-b is never tried
     api.fail("r3", "r3-a", "outage")  # cloud: r3-b is never tried, the next cloud is
     creates = len(api.creates)
-    evs = _events(_submit(tmp_path, "tc-fo"))
+    evs = launch_events(tmp_path, "tc-fo", HELLO)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == [("r1/r1-a", "zone"), ("r1/r1-b", "zone"), ("r2/r2-a", "region"),
+    assert failed_attempts(evs, _zone) == [("r1/r1-a", "zone"), ("r1/r1-b", "zone"), ("r2/r2-a", "region"),
                             ("r3/r3-a", "cloud")]
     assert [(b["region"], b["zone"]) for b in api.creates[creates:]] == [
         ("r1", "r1-a"), ("r1", "r1-b"), ("r2", "r2-a"), ("r3", "r3-a")]
@@ -113,11 +92,11 @@ def test_stop_scope_ends_the_launch_with_the_providers_message(
 ) -> None:
     api.fail("r1", "r1-a", "invalid")
     creates = len(api.creates)
-    evs = _events(_submit(tmp_path, "tc-stop"))
+    evs = launch_events(tmp_path, "tc-stop", HELLO)
     assert evs[-1]["type"] == "error"
     err = evs[-1]["error"]
     assert err["exit_code"] == 4 and "does not exist" in err["message"]
-    assert _failed(evs) == [("r1/r1-a", "stop")]
+    assert failed_attempts(evs, _zone) == [("r1/r1-a", "stop")]
     assert len(api.creates) == creates + 1  # nothing else was tried
     assert env.status("tc-stop") is None and api.live() == []
 
@@ -126,9 +105,9 @@ def test_credential_error_blocks_the_cloud_not_the_launch(
     env: Env, api: FakeInstancesAPI, tmp_path: Path
 ) -> None:
     api.fail("r1", None, "auth")
-    evs = _events(_submit(tmp_path, "tc-cred"))
+    evs = launch_events(tmp_path, "tc-cred", HELLO)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == [("r1/r1-a", "cloud")]
+    assert failed_attempts(evs, _zone) == [("r1/r1-a", "cloud")]
     row = env.status("tc-cred")
     assert row is not None and row["cloud"] == "fakecloud"
     with Client(autostart=False) as c:
@@ -146,13 +125,13 @@ def test_a_hung_create_hits_the_deadline_and_fails_over(
     env: Env, api: FakeInstancesAPI, tmp_path: Path
 ) -> None:
     api.fail("r1", "r1-a", "hang")
-    evs = _events(_submit(tmp_path, "tc-hang"))
+    evs = launch_events(tmp_path, "tc-hang", HELLO)
     assert evs[-1]["type"] == "result", evs[-3:]
-    assert _failed(evs) == [("r1/r1-a", "zone")]
+    assert failed_attempts(evs, _zone) == [("r1/r1-a", "zone")]
     assert any("did not finish within 3s" in e.get("error", "") for e in evs)
     row = env.status("tc-hang")
     assert row is not None and (row["cloud"], row["zone"]) == ("testcloud", "r1-b")
-    tag = _row(env, "tc-hang")["tag"]  # type: ignore[index]
+    tag = cluster_row(env.home, "tc-hang")["tag"]  # type: ignore[index]
     assert {i["zone"] for i in api.live()} == {"r1-b"} and len(api.live(tag)) == 1
     _down(env, api, "tc-hang")
     assert api.live() == []
@@ -163,7 +142,7 @@ def test_ports_disk_image_labels_reach_the_provider_and_unsupported_is_refused(
 ) -> None:
     task = ("resources:\n  ports: 8080\n  disk_size: 64\n  image_id: img-7\n"
             "  labels: {team: ml}\nrun: echo hi\n")
-    evs = _events(_submit(tmp_path, "tc-feat", task))
+    evs = launch_events(tmp_path, "tc-feat", task)
     assert evs[-1]["type"] == "result", evs[-3:]
     body = api.creates[-1]
     assert (body["ports"], body["disk_size"], body["image_id"]) == (["8080"], 64, "img-7")
@@ -188,11 +167,11 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
 ) -> None:
     name = f"tc-k9-{point.replace('_', '-')}"
     api.pause_at(point)
-    rid = _submit(tmp_path, name)
+    rid = submit_launch(tmp_path, name, HELLO)
     assert api.reached.wait(30), f"the launch never reached {point}"
     body = api.creates[-1]
     # The partial handle was in SQLite before the create call arrived.
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["handle"] is None and row["status"] == "INIT"
     assert (row["cloud"], row["region"], row["zone"], row["tag"]) == (
         "testcloud", body["region"], body["zone"], body["tag"])
@@ -200,9 +179,9 @@ def test_kill9_mid_provision_then_restart_leaves_nothing(
     api.release()  # the API finishes what it was asked (the client is gone)
     first = {i["id"] for i in api.live(body["tag"])} if point != "before_create" else set()
     env.start_daemon()
-    evs = _events(rid)
+    evs = request_events(rid)
     assert evs[-1]["type"] == "result", evs[-3:]
-    row = _row(env, name)
+    row = cluster_row(env.home, name)
     assert row is not None and row["status"] == "UP"
     handle = json.loads(row["handle"])
     now = {i["id"] for i in api.live()}
@@ -222,13 +201,13 @@ def test_the_last_error_lists_every_attempt_and_why(
         api.fail(region, None, "capacity")
     write_knobs(refused=[[None, None]])  # and the fake preemptible cloud has nothing either
     try:
-        evs = _events(_submit(tmp_path, "tc-none"))
+        evs = launch_events(tmp_path, "tc-none", HELLO)
     finally:
         write_knobs()
     assert evs[-1]["type"] == "error", evs[-3:]
     msg = evs[-1]["error"]["message"]
     tried = [line for line in msg.splitlines() if line.startswith("  - ")]
-    assert len(tried) == len(_failed(evs)) == 6 + 3  # six testcloud zones, three fakecloud regions
+    assert len(tried) == len(failed_attempts(evs, _zone)) == 6 + 3  # six testcloud zones, three fakecloud regions
     assert "  - testcloud/r1/r1-a tc-small" in msg and "[zone] testcloud/r1/r1-a: no capacity" in msg
     assert "[region] fakecloud/r1/" in msg and "insufficient capacity" in msg
     assert env.status("tc-none") is None and api.live() == []

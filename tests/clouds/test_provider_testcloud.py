@@ -24,6 +24,7 @@ from skyd.errors import CredentialsError, ResourcesUnavailableError
 from tests.fakes.testcloud import PLUGIN
 from tests.fakes.testcloud.cloud import TestProvisioner, catalog
 from tests.fakes.testcloud.server import KEY, FakeInstancesAPI
+from tests.support.launches import nothing_left_on
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +32,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeInstancesAPI]:
     a = FakeInstancesAPI(tmp_path_factory.mktemp("tcapi")).start()
-    try:
+    with nothing_left_on(a):
         yield a
-    finally:
-        left = a.live()
-        a.stop()
-    assert not left, f"instances left on the fake: {left}"
 
 
 @pytest.fixture

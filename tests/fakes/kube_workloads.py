@@ -17,11 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-    return web.json_response(body, status=code)
+from tests.fakes.kube_objects import Collection, refusal
 
 
 class Workloads:
@@ -74,25 +70,6 @@ class Workloads:
 
     # -- serviceaccounts (core/v1) ---------------------------------------------------------
 
-    async def _create_sa(self, request: web.Request) -> web.Response:
-        ns = request.match_info["ns"]
-        body = await request.json()
-        bad = self._invalid(body, "V1ServiceAccount")
-        if bad is not None:
-            return bad
-        name = body["metadata"]["name"]
-        if (ns, name) in self.serviceaccounts:
-            return _status(409, "AlreadyExists", f'serviceaccounts "{name}" already exists')
-        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()))
-        self.serviceaccounts[(ns, name)] = body
-        return web.json_response(body, status=201)
-
-    async def _get_sa(self, request: web.Request) -> web.Response:
-        v = self.serviceaccounts.get((request.match_info["ns"], request.match_info["name"]))
-        if v is None:
-            return _status(404, "NotFound", f'serviceaccounts "{request.match_info["name"]}" not found')
-        return web.json_response(v)
-
     # -- statefulsets (apps/v1) and their controller ---------------------------------------
 
     def _sts_invalid(self, body: Any) -> web.Response | None:
@@ -106,10 +83,10 @@ class Workloads:
         name = (body.get("metadata") or {}).get("name", "")
         # the API server's validation (apps/validation): a selector matching the template
         if not sel or any(tl.get(k) != v for k, v in sel.items()):
-            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec.template.metadata.labels: '
+            return refusal(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec.template.metadata.labels: '
                                            "Invalid value: `selector` does not match template `labels`")
         if not (tmpl.get("spec") or {}).get("containers"):
-            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: '
+            return refusal(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: '
                                            "spec.template.spec.containers: Required value")
         return None
 
@@ -125,7 +102,7 @@ class Workloads:
             return bad
         name = body["metadata"]["name"]
         if (ns, name) in self.statefulsets:
-            return _status(409, "AlreadyExists", f'statefulsets.apps "{name}" already exists')
+            return refusal(409, "AlreadyExists", f'statefulsets.apps "{name}" already exists')
         body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), resourceVersion=self._next_rv(),
                                 generation=1)
         self.statefulsets[(ns, name)] = body
@@ -135,25 +112,25 @@ class Workloads:
     async def _get_sts(self, request: web.Request) -> web.Response:
         v = self.statefulsets.get((request.match_info["ns"], request.match_info["name"]))
         if v is None:
-            return _status(404, "NotFound", f'statefulsets.apps "{request.match_info["name"]}" not found')
+            return refusal(404, "NotFound", f'statefulsets.apps "{request.match_info["name"]}" not found')
         return web.json_response(v)
 
     async def _replace_sts(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
         cur = self.statefulsets.get((ns, name))
         if cur is None:
-            return _status(404, "NotFound", f'statefulsets.apps "{name}" not found')
+            return refusal(404, "NotFound", f'statefulsets.apps "{name}" not found')
         body = await request.json()
         bad = self._sts_invalid(body)
         if bad is not None:
             return bad
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rv != cur["metadata"]["resourceVersion"]:
-            return _status(409, "Conflict", f'Operation cannot be fulfilled on statefulsets.apps "{name}": '
+            return refusal(409, "Conflict", f'Operation cannot be fulfilled on statefulsets.apps "{name}": '
                                             "the object has been modified; please apply your changes to the "
                                             "latest version and try again")
         if body["spec"].get("selector") != cur["spec"].get("selector"):
-            return _status(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec: Forbidden: updates to '
+            return refusal(422, "Invalid", f'StatefulSet.apps "{name}" is invalid: spec: Forbidden: updates to '
                                            "statefulset spec for fields other than 'replicas', 'ordinals', "
                                            "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' "
                                            "and 'minReadySeconds' are forbidden")
@@ -176,7 +153,7 @@ class Workloads:
         ns, name = request.match_info["ns"], request.match_info["name"]
         v = self.statefulsets.pop((ns, name), None)
         if v is None:
-            return _status(404, "NotFound", f'statefulsets.apps "{name}" not found')
+            return refusal(404, "NotFound", f'statefulsets.apps "{name}" not found')
         for (pns, pn), p in list(self.pods.items()):
             if pns == ns and pn.rsplit("-", 1)[0] == name:
                 self.pods.pop((pns, pn), None)
@@ -279,52 +256,31 @@ class Workloads:
 
     _PVC_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 
-    async def _list_pvcs(self, request: web.Request) -> web.Response:
-        from tests.fakes.kubeapi import _match_labels
-
-        ns, sel = request.match_info["ns"], request.query.get("labelSelector", "")
-        items = [v for (n, _), v in self.pvcs.items()
-                 if n == ns and _match_labels(sel, v["metadata"].get("labels") or {})]
-        return web.json_response({"kind": "PersistentVolumeClaimList", "apiVersion": "v1",
-                                  "metadata": {}, "items": items})
-
-    async def _create_pvc(self, request: web.Request) -> web.Response:
+    def _pvc_invalid(self, body: Any) -> web.Response | None:
+        """What the API server refuses in a PersistentVolumeClaim skyd sends."""
         import re
 
-        ns = request.match_info["ns"]
-        body = await request.json()
         name = str((body.get("metadata") or {}).get("name") or "")
         spec = body.get("spec") or {}
         modes = spec.get("accessModes") or []
         storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
         if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", name):
-            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: metadata.name')
+            return refusal(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: metadata.name')
         if not modes or any(m not in self._PVC_MODES for m in modes):
-            return _status(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes')
+            return refusal(422, "Invalid", f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes')
         if not storage or not re.match(r"^[0-9.]+([KMGTPE]i?|k)?$", str(storage)):
-            return _status(422, "Invalid",
-                           f'PersistentVolumeClaim "{name}" is invalid: spec.resources[storage]')
-        if (ns, name) in self.pvcs:
-            return _status(409, "AlreadyExists", f'persistentvolumeclaims "{name}" already exists')
-        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()),
-                                creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        body["status"] = {"phase": "Pending"}
-        self.pvcs[(ns, name)] = body
-        return web.json_response(body, status=201)
+            return refusal(422, "Invalid",
+                          f'PersistentVolumeClaim "{name}" is invalid: spec.resources[storage]')
+        return None
 
-    async def _get_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
+    async def _patch_labels(self, kind: Collection, request: web.Request) -> web.Response:
+        """A strategic- or JSON-merge patch of an object's labels (what skyd patches)."""
+        v = kind.find(request)
         if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
-        return web.json_response(v)
-
-    async def _patch_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.get((request.match_info["ns"], request.match_info["name"]))
-        if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
+            return refusal(404, "NotFound", f'{kind.plural} "{request.match_info["name"]}" not found')
         if request.content_type not in ("application/strategic-merge-patch+json",
                                         "application/merge-patch+json"):
-            return _status(415, "UnsupportedMediaType", f"unsupported patch type {request.content_type}")
+            return refusal(415, "UnsupportedMediaType", f"unsupported patch type {request.content_type}")
         patch = await request.json()
         labels = v["metadata"].setdefault("labels", {})
         for k, val in ((patch.get("metadata") or {}).get("labels") or {}).items():
@@ -334,8 +290,3 @@ class Workloads:
                 labels[k] = val
         return web.json_response(v)
 
-    async def _delete_pvc(self, request: web.Request) -> web.Response:
-        v = self.pvcs.pop((request.match_info["ns"], request.match_info["name"]), None)
-        if v is None:
-            return _status(404, "NotFound", f'persistentvolumeclaims "{request.match_info["name"]}" not found')
-        return web.json_response(v)

@@ -41,6 +41,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.kube_objects import Collection, match_labels, refusal
 from tests.fakes.kube_workloads import Workloads
 
 TOKEN = "fake-kube-token"
@@ -87,21 +88,6 @@ def _qty(key: str, v: Any) -> float:
     return _cpu(v) if key == "cpu" else _mem(v) if key == "memory" else float(v)
 
 
-def _match_labels(sel: str, labels: dict[str, str]) -> bool:
-    for part in filter(None, (p.strip() for p in sel.split(","))):
-        if "!=" in part:
-            k, v = part.split("!=", 1)
-            if labels.get(k) == v:
-                return False
-        elif "=" in part:
-            k, v = part.split("=", 1)
-            if labels.get(k.rstrip("=")) != v:
-                return False
-        elif part not in labels:
-            return False
-    return True
-
-
 def _field(obj: dict[str, Any], path: str) -> str:
     cur: Any = obj
     for p in path.split("."):
@@ -120,12 +106,6 @@ def _match_fields(sel: str, obj: dict[str, Any]) -> bool:
             if _field(obj, k.rstrip("=")) != v:
                 return False
     return True
-
-
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-    return web.json_response(body, status=code)
 
 
 class FakeKube(Workloads):
@@ -241,18 +221,15 @@ class FakeKube(Workloads):
         r.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self._delete_pod)
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}/exec", self._exec)
         r.add_post("/api/v1/namespaces/{ns}/pods/{name}/exec", self._exec)
-        r.add_get("/api/v1/namespaces/{ns}/services", self._list_services)
-        r.add_post("/api/v1/namespaces/{ns}/services", self._create_service)
-        r.add_delete("/api/v1/namespaces/{ns}/services/{name}", self._delete_service)
-        pvc = "/api/v1/namespaces/{ns}/persistentvolumeclaims"
-        r.add_get(pvc, self._list_pvcs)
-        r.add_post(pvc, self._create_pvc)
-        r.add_get(pvc + "/{name}", self._get_pvc)
-        r.add_patch(pvc + "/{name}", self._patch_pvc)
-        r.add_delete(pvc + "/{name}", self._delete_pvc)
-        sa = "/api/v1/namespaces/{ns}/serviceaccounts"
-        r.add_post(sa, self._create_sa)
-        r.add_get(sa + "/{name}", self._get_sa)
+        core = "/api/v1/namespaces/{ns}/"
+        Collection("services", "ServiceList", self.services,
+                   lambda b: self._invalid(b, "V1Service")).routes(r, core + "services", verbs="lcd")
+        pvcs = Collection("persistentvolumeclaims", "PersistentVolumeClaimList", self.pvcs,
+                          self._pvc_invalid, admit=lambda b: b.update(status={"phase": "Pending"}))
+        pvcs.routes(r, core + "persistentvolumeclaims")
+        r.add_patch(core + "persistentvolumeclaims/{name}", lambda req: self._patch_labels(pvcs, req))
+        Collection("serviceaccounts", "ServiceAccountList", self.serviceaccounts,
+                   lambda b: self._invalid(b, "V1ServiceAccount")).routes(r, core + "serviceaccounts", verbs="cg")
         sts = "/apis/apps/v1/namespaces/{ns}/statefulsets"
         r.add_post(sts, self._create_sts)
         r.add_get(sts + "/{name}", self._get_sts)
@@ -274,12 +251,12 @@ class FakeKube(Workloads):
         self.calls[key] = self.calls.get(key, 0) + 1
         by_cert = bool(request.transport and request.transport.get_extra_info("peercert"))
         if request.headers.get("Authorization") != f"Bearer {TOKEN}" and not by_cert:
-            return _status(401, "Unauthorized", "Unauthorized")
+            return refusal(401, "Unauthorized", "Unauthorized")
         ns = request.match_info.get("ns")
         if ns is not None and ns in self.forbidden:
             res = "services" if "/services" in request.path else "pods"
             verb = {"GET": "list", "POST": "create", "DELETE": "delete"}.get(request.method, "get")
-            return _status(403, "Forbidden", f'{res} is forbidden: User "{self.user}" cannot {verb} '
+            return refusal(403, "Forbidden", f'{res} is forbidden: User "{self.user}" cannot {verb} '
                                              f'resource "{res}" in API group "" in the namespace "{ns}"')
         return await handler(request)  # type: ignore[no-any-return]
 
@@ -287,7 +264,7 @@ class FakeKube(Workloads):
 
     async def _list_nodes(self, request: web.Request) -> web.Response:
         sel = request.query.get("labelSelector", "")
-        items = [n for n in self.nodes.values() if _match_labels(sel, n["metadata"]["labels"])]
+        items = [n for n in self.nodes.values() if match_labels(sel, n["metadata"]["labels"])]
         return web.json_response({"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
 
     # -- pods -----------------------------------------------------------------------------
@@ -295,7 +272,7 @@ class FakeKube(Workloads):
     def _pod_list(self, items: list[dict[str, Any]], request: web.Request) -> web.Response:
         self._schedule()
         ls, fs = request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
-        out = [p for p in items if _match_labels(ls, p["metadata"].get("labels") or {}) and _match_fields(fs, p)]
+        out = [p for p in items if match_labels(ls, p["metadata"].get("labels") or {}) and _match_fields(fs, p)]
         if request.query.get("limit"):
             out = out[: int(request.query["limit"])]
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": out})
@@ -315,7 +292,7 @@ class FakeKube(Workloads):
         if not errs:
             return None
         self.rejected.append(errs)
-        return _status(400, "BadRequest", f"{kind.removeprefix('V1')} in version \"v1\" cannot be "
+        return refusal(400, "BadRequest", f"{kind.removeprefix('V1')} in version \"v1\" cannot be "
                        f"handled: {'; '.join(errs)}")
 
     async def _create_pod(self, request: web.Request) -> web.Response:
@@ -326,7 +303,7 @@ class FakeKube(Workloads):
             return bad
         name = body["metadata"]["name"]
         if (ns, name) in self.pods:
-            return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+            return refusal(409, "AlreadyExists", f'pods "{name}" already exists')
         uid = str(uuid.uuid4())
         self.created[name] = time.perf_counter()
         body["metadata"].update(namespace=ns, uid=uid, creationTimestamp="2026-01-01T00:00:00Z")
@@ -338,14 +315,14 @@ class FakeKube(Workloads):
     async def _get_pod(self, request: web.Request) -> web.Response:
         p = self.pods.get((request.match_info["ns"], request.match_info["name"]))
         if p is None:
-            return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+            return refusal(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
         return web.json_response(p)
 
     async def _delete_pod(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
         p = self.pods.pop((ns, name), None)
         if p is None:
-            return _status(404, "NotFound", f'pods "{name}" not found')
+            return refusal(404, "NotFound", f'pods "{name}" not found')
         await self._kill_pod(p)
         for ref in p["metadata"].get("ownerReferences") or []:
             if ref.get("kind") == "StatefulSet":  # its controller brings the pod back
@@ -397,7 +374,7 @@ class FakeKube(Workloads):
                        for x in tol):
                 return f"node(s) had untolerated taint {{{t['key']}: {t.get('value', '')}}}"
         labels = node["metadata"]["labels"]
-        if not _match_labels(",".join(f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items()), labels):
+        if not match_labels(",".join(f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items()), labels):
             return "node(s) didn't match Pod's node affinity/selector"
         terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
@@ -465,32 +442,6 @@ class FakeKube(Workloads):
 
     # -- services -------------------------------------------------------------------------
 
-    async def _list_services(self, request: web.Request) -> web.Response:
-        ns, sel = request.match_info["ns"], request.query.get("labelSelector", "")
-        items = [s for (n, _), s in self.services.items()
-                 if n == ns and _match_labels(sel, s["metadata"].get("labels") or {})]
-        return web.json_response({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": items})
-
-    async def _create_service(self, request: web.Request) -> web.Response:
-        ns = request.match_info["ns"]
-        body = await request.json()
-        bad = self._invalid(body, "V1Service")
-        if bad is not None:
-            return bad
-        name = body["metadata"]["name"]
-        if (ns, name) in self.services:
-            return _status(409, "AlreadyExists", f'services "{name}" already exists')
-        body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()))
-        self.services[(ns, name)] = body
-        return web.json_response(body, status=201)
-
-    async def _delete_service(self, request: web.Request) -> web.Response:
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        s = self.services.pop((ns, name), None)
-        if s is None:
-            return _status(404, "NotFound", f'services "{name}" not found')
-        return web.json_response(s)
-
     def _visible_gpus(self, p: dict[str, Any]) -> tuple[str, int, str]:
         """(card, count, resource key) the device plugin gave the pod, or ("", 0, "")."""
         from skyd.clouds.kubernetes.labels import node_gpus
@@ -530,9 +481,9 @@ class FakeKube(Workloads):
         ns, name = request.match_info["ns"], request.match_info["name"]
         p = self.pods.get((ns, name))
         if p is None:
-            return _status(404, "NotFound", f'pods "{name}" not found')
+            return refusal(404, "NotFound", f'pods "{name}" not found')
         if p["status"].get("phase") != "Running":
-            return _status(400, "BadRequest", f"container {p['spec']['containers'][0]['name']} is not running")
+            return refusal(400, "BadRequest", f"container {p['spec']['containers'][0]['name']} is not running")
         argv = request.query.getall("command", [])
         ws = web.WebSocketResponse(protocols=self.protocols, max_msg_size=0)
         await ws.prepare(request)

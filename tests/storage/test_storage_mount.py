@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,10 @@ import pytest
 
 from tests.fakes import preemptible
 from tests.support.aws import CREDS
-from tests.support.pipeline import Env, cli, module_env, write
+from tests.support.buckets import fuse_mounts_under, fuse_problem, s3_object
+from tests.support.pipeline import Env, cli, module_env, wait_for, write
 
-
-def _fuse_problem() -> str | None:
-    if shutil.which("rclone") is None:
-        return "rclone is not installed"
-    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
-        return "fusermount3 is not installed"
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        return "/dev/fuse is not usable here"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_fuse_problem() is not None, reason=str(_fuse_problem()))
+pytestmark = pytest.mark.skipif(fuse_problem() is not None, reason=str(fuse_problem()))
 
 
 @pytest.fixture(scope="module")
@@ -39,30 +28,6 @@ def env(tmp_path_factory: pytest.TempPathFactory, moto: str) -> Iterator[Env]:
                     SKYD_EXTRA_PLUGINS="tests.fakes.preemptible", SKYD_JOBS_POLL="0.3",
                     SKYD_JOBS_BACKOFF="0.3", **CREDS) as e:
         yield e
-
-
-def _fuse_under(d: Path) -> list[str]:
-    root = os.path.realpath(d)
-    with open("/proc/self/mounts") as f:
-        return [ln.split()[1] for ln in f
-                if ln.split()[2].startswith("fuse") and ln.split()[1].startswith(root)]
-
-
-def _get(s3: Any, bucket: str, key: str) -> bytes | None:
-    try:
-        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except s3.exceptions.NoSuchKey:
-        return None
-
-
-def _poll(fn: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.2)
-    return fn()
 
 
 def test_mount_reads_and_writes_then_down_unmounts(env: Env, s3: Any, tmp_path: Path) -> None:
@@ -88,19 +53,19 @@ run: |
     assert "s3://skyd-mnt/ mounted at ~/b" in out and "(MOUNT, rclone)" in out, out
     assert "testing" not in out  # the secret stays in the node's 0600 config file
     # MOUNT: the write is in the bucket once the file is closed (the job has ended).
-    assert _get(s3, "skyd-mnt", "out/result.txt") == b"written-by-job\n"
+    assert s3_object(s3, "skyd-mnt", "out/result.txt") == b"written-by-job\n"
     # MOUNT_CACHED: written back from the node's cache shortly after the job ended.
-    assert _poll(lambda: _get(s3, "skyd-mnt", "in/cached.txt")) == b"cached-write\n"
+    assert wait_for(lambda: s3_object(s3, "skyd-mnt", "in/cached.txt"), timeout=20, interval=0.2) == b"cached-write\n"
     cdir = env.cluster_dir("st-mnt")
     conf = cdir / "node-0" / ".skyd" / "rclone.conf"
     assert conf.stat().st_mode & 0o777 == 0o600
-    assert len(_fuse_under(cdir)) == 2
+    assert len(fuse_mounts_under(cdir)) == 2
     # A cached write just before `down` is uploaded before the mount goes.
     env.ok("exec", "st-mnt", "echo late > ~/c/late.txt", timeout=60)
     env.ok("down", "-y", "st-mnt", timeout=90)
-    assert _fuse_under(cdir) == []
-    assert _get(s3, "skyd-mnt", "in/late.txt") == b"late\n"
-    assert _get(s3, "skyd-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
+    assert fuse_mounts_under(cdir) == []
+    assert s3_object(s3, "skyd-mnt", "in/late.txt") == b"late\n"
+    assert s3_object(s3, "skyd-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
 
 
 def test_checkpoint_in_mounted_bucket_survives_preemption(env: Env, s3: Any,
@@ -128,10 +93,10 @@ run: |
     jid = str(json.loads(r.stdout)["job_id"])
 
     def step() -> int:
-        b = _get(s3, "skyd-ckpt", "step")
+        b = s3_object(s3, "skyd-ckpt", "step")
         return int(b) if b else 0
 
-    assert _poll(lambda: step() >= 3, timeout=90), "no checkpoint reached the bucket"
+    assert wait_for(lambda: step() >= 3, timeout=90, interval=0.2), "no checkpoint reached the bucket"
     from skyd import sdk
 
     cluster = sdk.get(f"/v1/jobs/{jid}")["cluster"]
@@ -143,7 +108,7 @@ run: |
         return s if s in ("SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED",
                           "FAILED_NO_RESOURCE", "FAILED_CONTROLLER") else None
 
-    assert _poll(finished, timeout=120) == "SUCCEEDED"
+    assert wait_for(finished, timeout=120, interval=0.2) == "SUCCEEDED"
     job = sdk.get(f"/v1/jobs/{jid}")
     assert job["recoveries"] == 1
     logs = cli("jobs", "logs", jid, "--no-follow").stdout
@@ -154,7 +119,7 @@ run: |
     after = logs.split(resumed[-1], 1)[1].splitlines()
     assert not any(ln.rstrip().endswith("step 1") for ln in after)  # no restart from 0
     assert step() == 40
-    assert _poll(lambda: _fuse_under(env.cluster_dir(cluster)) == [], timeout=30)
+    assert wait_for(lambda: fuse_mounts_under(env.cluster_dir(cluster)) == [], timeout=30, interval=0.2)
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -181,8 +146,8 @@ run: |
 """)
     r = env.ok("launch", "-c", "st-abs", "-y", str(y), timeout=120)
     assert r.stdout.count("abs-bucket") == 2, r.stdout + r.stderr
-    assert _get(s3, "skyd-abs", "ns.txt") == b"from-ns\n"
+    assert s3_object(s3, "skyd-abs", "ns.txt") == b"from-ns\n"
     assert not os.path.lexists(f"/bkt{tag}") and not os.path.lexists(f"/bcopy{tag}")
     cdir = env.cluster_dir("st-abs")
     env.ok("down", "-y", "st-abs", timeout=90)
-    assert _fuse_under(cdir) == []
+    assert fuse_mounts_under(cdir) == []

@@ -10,7 +10,6 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from skyd.transports.fuse import bind_mounts_under, fuse_mounts_under
 from skyd.transports.local import LocalTransport
 from tests.fakes import containers as fc
 from tests.support.aws import CREDS
-from tests.support.pipeline import Env, cli, module_env, write
+from tests.support.buckets import fuse_problem, s3_object
+from tests.support.pipeline import Env, cli, module_env, wait_for, write
 
 pytestmark = pytest.mark.skipif(fc.missing() is not None, reason=str(fc.missing()))
 
@@ -61,34 +61,7 @@ def _user(name: str) -> bool:
         return False
 
 
-def _fuse_problem() -> str | None:
-    if shutil.which("rclone") is None:
-        return "rclone is not installed"
-    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
-        return "fusermount3 is not installed"
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        return "/dev/fuse is not usable here"
-    return None
-
-
-def _get(s3: Any, bucket: str, key: str) -> bytes | None:
-    try:
-        return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except s3.exceptions.NoSuchKey:
-        return None
-
-
-def _poll(fn: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.2)
-    return fn()
-
-
-@pytest.mark.skipif(_fuse_problem() is not None, reason=str(_fuse_problem()))
+@pytest.mark.skipif(fuse_problem() is not None, reason=str(fuse_problem()))
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the node's runtime must be rootful)")
 def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: Any, tmp_path: Path) -> None:
     s3.create_bucket(Bucket="skyd-ctr-mnt")
@@ -107,8 +80,8 @@ def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: 
     out = r.stdout + r.stderr
     assert "in-container" in out and out.count("from-the-bucket") == 2, out
     assert "(MOUNT, rclone)" in out and "(MOUNT_CACHED, rclone)" in out, out
-    assert _get(s3, "skyd-ctr-mnt", "out/r.txt") == b"written-in-container\n"
-    assert _poll(lambda: _get(s3, "skyd-ctr-mnt", "in/cached.txt")) == b"cached-in-container\n"
+    assert s3_object(s3, "skyd-ctr-mnt", "out/r.txt") == b"written-in-container\n"
+    assert wait_for(lambda: s3_object(s3, "skyd-ctr-mnt", "in/cached.txt"), timeout=20, interval=0.2) == b"cached-in-container\n"
     # a second job (exec) in the same container sees the bucket too
     r = env.ok("exec", "ctr-mnt", "ls /ckpt/out && echo late > ~/c/late.txt", timeout=120)
     assert "r.txt" in r.stdout, r.stdout + r.stderr
@@ -124,9 +97,9 @@ def test_mount_and_mount_cached_buckets_work_inside_the_container(env: Env, s3: 
     assert r.returncode != 0 and "file_mounts.~/n" in r.stderr and "-c NEWNAME" in r.stderr, r.stderr
     assert len(fuse_mounts_under(cdir)) == 2
     env.ok("down", "-y", "ctr-mnt", timeout=180)
-    assert _get(s3, "skyd-ctr-mnt", "in/late.txt") == b"late\n"  # uploaded before the unmount
+    assert s3_object(s3, "skyd-ctr-mnt", "in/late.txt") == b"late\n"  # uploaded before the unmount
     assert fuse_mounts_under(env.home) == [] and bind_mounts_under(env.home) == []
-    assert _get(s3, "skyd-ctr-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
+    assert s3_object(s3, "skyd-ctr-mnt", "in/hello.txt") == b"from-the-bucket\n"  # never deleted
     assert fc.bound_under(env.home) == []
 
 

@@ -13,6 +13,7 @@ from tests.fakes import containers as fc
 from tests.fakes.doapi import DO_SIZES, FakeDO
 from tests.fakes.vmapi import free_port
 from tests.support.gcp import GEnv, guarded_module_env
+from tests.support.launches import nothing_left_on
 from tests.support.neo import CATALOG_HEADER, do_environ
 from tests.support.pipeline import write
 
@@ -28,13 +29,8 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeDO, Fa
                 sizes=[*DO_SIZES, CPU]).start()
     amd = FakeDO(tmp_path_factory.mktemp("amd"), first_ip=200, ssh_port=port, token="amd-fake",
                  regions=("atl1",), sizes=[]).start()
-    try:
+    with nothing_left_on(do, amd):
         yield do, amd  # type: ignore[misc]
-    finally:
-        left = do.live() + amd.live()
-        do.stop()
-        amd.stop()
-    assert not left, f"droplets left on the fakes: {left}"
 
 
 @pytest.fixture(scope="module")
