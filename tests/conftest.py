@@ -133,41 +133,43 @@ def no_traffic_out(network_guard: Path) -> Iterator[None]:
     assert not new and not sub, f"connections outside 127.0.0.0/8: {new} {sub}"
 
 
-# -- running in parallel (pytest -n N, pytest-xdist with --dist loadgroup) ----------------------
+# -- running in parallel (pytest -n N, pytest-xdist) ------------------------------------------
 
 # Modules that use one of these machine-wide resources run on the same worker, one after
 # another: the Unix test users (real_sshd wipes and pkills its user), the Slurm daemons
-# (tests/fakes/slurm.py listens on fixed ports).
+# (tests/fakes/slurm.py listens on fixed ports). Every other module is a unit of its own
+# (its module fixtures are set up once, on one worker).
 _SHARED_RESOURCES = {
     "unix-users": ("real_sshd", "skydtest", "skydremote", "skydprobe", "skyd-squat", "fakes.sshd",
                    "fakes import sshd"),
     "slurm": ("fakes.slurm", "fakes import slurm", "crash_scenarios_infra"),  # one controller on fixed ports
 }
+_ROOT = Path(__file__).resolve().parent.parent
+_GROUPS: dict[str, str] = {}
 
 
-def _group_of(module: object) -> str:
-    path = getattr(module, "__file__", None)
-    try:
-        text = Path(path).read_text() if path else ""
-    except OSError:
-        text = ""
-    for group, needles in _SHARED_RESOURCES.items():
-        if any(n in text for n in needles):
-            return group
-    return getattr(module, "__name__", "tests")
+def group_of(path: str) -> str:
+    """The unit of work a test file belongs to: a shared resource's name, or the file."""
+    if path not in _GROUPS:
+        try:
+            text = (_ROOT / path).read_text()
+        except OSError:
+            text = ""
+        _GROUPS[path] = next((g for g, needles in _SHARED_RESOURCES.items()
+                              if any(n in text for n in needles)), path)
+    return _GROUPS[path]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist every test carries a group: its module (module fixtures are set up once,
-    on one worker) or the shared resource its module uses."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    groups: dict[object, str] = {}
-    for item in items:
-        mod = getattr(item, "module", None)
-        if mod not in groups:
-            groups[mod] = _group_of(mod)
-        item.add_marker(pytest.mark.xdist_group(groups[mod]))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole units of work to one worker each (xdist's loadgroup marks no longer reach its
+    scheduler on pytest 9.2: pytest-dev/pytest-xdist#1386); units with the most tests first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedResourceScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0])
+
+    return SharedResourceScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -144,3 +144,23 @@ async def stream_ndjson(request: web.Request, items: AsyncIterable[Any]) -> web.
     except ConnectionError:  # the follower left: normal, not an error
         log.info("%s %s: the client went away", request.method, request.path)
     return resp
+
+
+async def text_chunks(path: Any, size: int = 256 * 1024) -> AsyncIterator[str]:
+    """A saved log, read in a worker thread one chunk at a time (never whole: a job's log
+    may be large), decoded as UTF-8 across chunk boundaries; nothing when it is missing."""
+    import codecs
+
+    import anyio
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        f = await anyio.open_file(path, "rb")
+    except FileNotFoundError:
+        return
+    async with f:
+        while data := await f.read(size):
+            if text := dec.decode(data):
+                yield text
+    if tail := dec.decode(b"", final=True):
+        yield tail

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from skyd import settings
+from skyd.daemon.http import text_chunks
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 from skyd.jobs import schema as _schema  # noqa: F401 - registers the tables
@@ -279,7 +280,7 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
                 from skyd.jobs.logfile import CONTROLLER_LOG
 
                 await anyio.to_thread.run_sync(CONTROLLER_LOG.flush)
-                async for text in _read_chunks(p):
+                async for text in text_chunks(p):
                     any_text = True
                     yield {"text": text}
             if not any_text:
@@ -314,7 +315,7 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
                 if not streamed:
                     saved = await anyio.to_thread.run_sync(_saved_logs, jid)
                     for f in saved:
-                        async for text in _read_chunks(f):
+                        async for text in text_chunks(f):
                             yield {"text": text}
                     if not saved:  # a pool job: its output stays on the worker
                         async for text in _worker_log(m, jid):
@@ -330,24 +331,6 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
             await anyio.sleep(0.5)
 
     return await ctx.stream_ndjson(request, lines())
-
-
-async def _read_chunks(path: Path, size: int = 256 * 1024) -> AsyncIterator[str]:
-    """A saved log, read in a worker thread one chunk at a time (never whole: a job's log
-    may be large), decoded as UTF-8 across chunk boundaries."""
-    import codecs
-
-    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        f = await anyio.open_file(path, "rb")
-    except FileNotFoundError:
-        return
-    async with f:
-        while data := await f.read(size):
-            if text := dec.decode(data):
-                yield text
-    if tail := dec.decode(b"", final=True):
-        yield tail
 
 
 async def _worker_log(m: JobsManager, jid: int) -> AsyncIterator[str]:

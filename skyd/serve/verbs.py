@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from skyd.daemon.http import text_chunks
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 from skyd.serve import schema as _schema  # noqa: F401 - registers the tables
@@ -215,7 +216,7 @@ async def service_logs(ctx: ReadContext, request: web.Request) -> Any:
             from skyd.jobs.logfile import CONTROLLER_LOG
 
             await anyio.to_thread.run_sync(CONTROLLER_LOG.flush)
-            async for text in _read_chunks(m.log_path(svc["name"])):
+            async for text in text_chunks(m.log_path(svc["name"])):
                 yield {"text": text}
             yield {"text": ""}
             return
@@ -224,7 +225,7 @@ async def service_logs(ctx: ReadContext, request: web.Request) -> Any:
         if row["status"] in st.FINAL:  # its cluster is gone: the log kept at teardown
             from skyd.jobs.pipeline_ops import saved_log
 
-            async for text in _read_chunks(saved_log(str(row["cluster"]))):
+            async for text in text_chunks(saved_log(str(row["cluster"]))):
                 yield {"text": text}
             yield {"text": f"replica {row['replica_id']} {row['status']}: "
                            f"{row['status_reason'] or ''}\n"}
@@ -245,7 +246,7 @@ async def _access_lines(m: ServeManager, name: str, follow: bool) -> AsyncIterat
     """The load balancer's access log (the rotated part first); following, new lines as
     the controller writes them, across a rotation."""
     path = m.access_log_path(name)
-    async for text in _read_chunks(path.with_name(path.name + ".1")):
+    async for text in text_chunks(path.with_name(path.name + ".1")):
         yield {"text": text}
     pos = 0
     while True:
@@ -269,23 +270,6 @@ async def _access_lines(m: ServeManager, name: str, follow: bool) -> AsyncIterat
         if m.controllers.get(name) is None and await m.db.get_service(name) is None:
             return
         await anyio.sleep(0.5)
-
-
-async def _read_chunks(path: Any, size: int = 256 * 1024) -> AsyncIterator[str]:
-    """A log file, a chunk at a time in a worker thread, decoded across chunk boundaries."""
-    import codecs
-
-    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        f = await anyio.open_file(path, "rb")
-    except FileNotFoundError:
-        return
-    async with f:
-        while data := await f.read(size):
-            if text := dec.decode(data):
-                yield text
-    if tail := dec.decode(b"", final=True):
-        yield tail
 
 
 register_verb("serve.up", serve_up, check=check_serve_up)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +29,11 @@ def slurm() -> Iterator[SlurmFixture]:
     fx = SlurmFixture(root)
     try:
         fx.start()
-    except (RuntimeError, OSError) as e:
-        fx.stop()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"slurm tier: the fixture could not start: {e}")
+        # installed but not starting is a failure, not a skip (its daemons use fixed loopback
+        # ports: is another Slurm tier running on this machine?)
+        pytest.fail(f"slurm tier: the fixture could not start: {e}")
     try:
         yield fx
     finally:

@@ -103,6 +103,15 @@ class SlurmFixture:
                 f"  IdentityFile {self.key}\n")  # fmt: skip
 
     def start(self) -> SlurmFixture:
+        """Start munged, slurmctld, the slurmds and the login node's sshd; on any failure,
+        stop what did start (no daemon outlives a failed start) and raise."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> SlurmFixture:
         r = self.root
         r.mkdir(parents=True, exist_ok=True)
         os.chmod(r, 0o755)
