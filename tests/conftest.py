@@ -182,3 +182,28 @@ def worker_local_net() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKYD_LOCAL_NET", f"127.{100 + int(worker[2:])}.0.0/16")
         yield
+
+
+# -- where the suite's CPU goes (SKYD_TEST_CPU_LOG=<file>: one line per test) ----------------
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With SKYD_TEST_CPU_LOG set, append "<nodeid>\\t<wall s>\\t<this process's CPU s>\\t<reaped
+    children's CPU s>" per test (set-up and tear-down included): what to make cheaper first."""
+    log = os.environ.get("SKYD_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu(who: int) -> float:
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    w0, s0, c0 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    line = (f"{item.nodeid}\t{time.monotonic() - w0:.2f}\t{cpu(resource.RUSAGE_SELF) - s0:.2f}"
+            f"\t{cpu(resource.RUSAGE_CHILDREN) - c0:.2f}\n")
+    with open(log, "a") as f:
+        f.write(line)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -132,9 +133,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class Registry:
     """docker-registry on 127.0.0.1 with basic auth (htpasswd, bcrypt)."""
 
-    def __init__(self, workdir: Path, user: str = "skyduser", password: str = "s3cret-pw") -> None:
+    def __init__(self, workdir: Path, user: str = "skyduser", password: str | None = None) -> None:
         self.dir = workdir
-        self.user, self.password = user, password
+        # A password of its own: tests look for it on every process's command line, and
+        # another registry's set-up (htpasswd -b) may be running on another worker.
+        self.user, self.password = user, password or f"s3cret-{secrets.token_hex(6)}"
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None

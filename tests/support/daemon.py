@@ -102,12 +102,20 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
 
 
 def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """``pred()``'s first true value, polled from every ``interval`` s backing off to every
+    0.25 s (or ``interval`` when larger): a quick condition is seen at once, a long wait
+    does not keep a core busy with polls (the suite runs several workers per core)."""
     deadline = time.monotonic() + timeout
+    delay, cap = interval, max(interval, 0.25)
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
-        time.sleep(interval)
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, cap)
+    v = pred()  # one look at the deadline itself
+    if v:
+        return v
     raise AssertionError("condition not met in time")
 
 

@@ -49,9 +49,15 @@ class Env:
     def json(self, *args: str) -> Any:
         return json.loads(self.ok(*args, "-o", "json").stdout)
 
+    # State reads go through the SDK (what `skyd queue/status -o json` print, without a CLI
+    # process per read: the polls below would keep a core busy starting them).
     def queue(self, cluster: str) -> list[dict[str, Any]]:
-        out = self.json("queue", cluster)
-        return list(out[0]["jobs"])
+        from urllib.parse import quote
+
+        from skyd.sdk.transport import Client
+
+        with Client(autostart=False) as c:
+            return list(c.get(f"/v1/clusters/{quote(cluster, safe='')}/queue")["jobs"])
 
     def job(self, cluster: str, job_id: int) -> dict[str, Any]:
         return next(j for j in self.queue(cluster) if int(j["job_id"]) == job_id)
@@ -64,7 +70,10 @@ class Env:
         return dict(wait_for(done, timeout=timeout, interval=0.1))
 
     def status(self, cluster: str) -> dict[str, Any] | None:
-        rows = self.json("status")
+        from skyd.sdk.transport import Client
+
+        with Client(autostart=False) as c:
+            rows = c.get("/v1/status")
         return next((r for r in rows if r["name"] == cluster), None)
 
     # -- sandboxes and agents -----------------------------------------------------------
