@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import inspect
 import json
 import re
@@ -47,6 +48,14 @@ from tests.fakes.sshhost import FakeSSHHost
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "runpod" / "schema.graphql"
 SCHEMA = graphql.build_schema(SCHEMA_PATH.read_text())
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(query: str) -> tuple[graphql.DocumentNode, tuple[graphql.GraphQLError, ...]]:
+    """A query document, parsed and validated against the schema once per text (as GraphQL
+    servers cache documents; the variables of every request are still coerced)."""
+    doc = graphql.parse(query)
+    return doc, tuple(graphql.validate(SCHEMA, doc))
 
 NO_CAPACITY = ("There are no longer any instances available with the requested specifications. "
                "Please refresh and try again.")
@@ -180,11 +189,10 @@ class FakeRunPod(NeoFake):
         if not isinstance(query, str) or not isinstance(variables, (dict, type(None))):
             return self._errors("POST body sent invalid JSON.", status=400)
         try:
-            doc = graphql.parse(query)
+            doc, invalid = _checked(query)
         except graphql.GraphQLError as e:
             self.refused.append(e.message)
             return self._errors(e.message, "GRAPHQL_PARSE_FAILED", 400)
-        invalid = graphql.validate(SCHEMA, doc)
         if invalid:
             self.refused.extend(e.message for e in invalid)
             return web.json_response({"errors": [
