@@ -80,3 +80,25 @@ def install() -> None:
 
 if os.environ.get("SKYD_NETGUARD_LOG"):
     install()
+
+
+def _census(path: str) -> None:
+    """SKYD_TEST_PROC_LOG=<file>: each Python process the tests start appends, when it exits
+    normally, its command and CPU seconds (user+sys, its reaped children included): which
+    kinds of process the suite's CPU goes to."""
+    import atexit
+
+    def record() -> None:
+        t = os.times()
+        argv = " ".join(sys.argv[:3])[:200].replace("\t", " ").replace("\n", " ")
+        try:
+            with open(path, "a") as f:
+                f.write(f"{t.user + t.system:.3f}\t{t.children_user + t.children_system:.3f}\t{argv}\n")
+        except OSError:
+            pass
+
+    atexit.register(record)
+
+
+if os.environ.get("SKYD_TEST_PROC_LOG"):
+    _census(os.environ["SKYD_TEST_PROC_LOG"])
