@@ -49,9 +49,14 @@ PROBE = ("  readiness_probe:\n    path: /health\n    initial_delay_seconds: 60\n
 
 
 def _svc(name: str) -> dict[str, Any]:
-    r = cli("serve", "status", name, "-o", "json")
-    assert r.returncode == 0, r.stderr
-    return dict(json.loads(r.stdout))
+    """What `skyd serve status NAME -o json` prints, read through the SDK (the polls below
+    would start a CLI process every 0.2 s)."""
+    from urllib.parse import quote
+
+    from skyd.sdk.transport import Client
+
+    with Client(autostart=False) as c:
+        return dict(c.get(f"/v1/services/{quote(name, safe='')}"))
 
 
 def _up(f: Path) -> dict[str, Any]:
