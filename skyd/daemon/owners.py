@@ -201,13 +201,12 @@ REQUEST = own(Kind("request", "requests", "id", "request"), topics={"requests": 
 async def owners_of(store: Any, kind: str, keys: list[Any] | None = None) -> dict[Any, str | None]:
     """key -> owning user, for every object of ``kind`` (or those ``keys``)."""
     k = KINDS[kind]
-    col = k.key
-    sql = f"SELECT {col} AS k, user FROM {k.table}"
+    sql = f"SELECT {k.key} AS k, user FROM {k.table}"
     args: list[Any] = []
     if keys is not None:
         if not keys:
             return {}
-        sql += f" WHERE {col} IN ({','.join('?' * len(keys))})"
+        sql += f" WHERE {k.key} IN ({','.join('?' * len(keys))})"
         args = list(keys)
     try:
         rows = await store.fetchall(sql, args)

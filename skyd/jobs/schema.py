@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyd.daemon import owners, schema
+from skyd.jobs.status import TERMINAL
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS managed_jobs (
@@ -64,8 +65,7 @@ COMPONENT = schema.register("jobs", [_TABLES, _columns_of_older_tables,
 
 # Who owns a managed job or a worker pool (skyd.daemon.owners). `all` of a non-admin acts on
 # their jobs that have not ended; a job may be named by its name.
-_ENDED = ("'SUCCEEDED', 'CANCELLED', 'FAILED', 'FAILED_SETUP', 'FAILED_PRECHECKS', "
-          "'FAILED_NO_RESOURCE', 'FAILED_CONTROLLER'")
+_ENDED = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
 owners.own(
     owners.Kind("job", "managed_jobs", "id", "managed job", all_key="ids", by_name="name",
                 int_keys=True, live=f"status NOT IN ({_ENDED})"),
