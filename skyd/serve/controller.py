@@ -64,6 +64,9 @@ class ServiceController:
         self.weights: dict[int, float] = {}  # instance_aware_least_load: the replica's target qps
         self.wake = anyio.Event()
         self.done = anyio.Event()
+        # set once the load balancer listens (or could not, with the service FAILED saying
+        # why): a resuming daemon serves its API only after that, so READY is reachable
+        self.listening = anyio.Event()
         self.lb: LoadBalancer | None = None
         self.scaler: Autoscaler | None = None
         self.scaler_version = 0
@@ -88,6 +91,7 @@ class ServiceController:
             with anyio.CancelScope(shield=True):
                 await self.prober.close()
             self.m.forget(self.name, self)
+            self.listening.set()
             self.done.set()
 
     async def _run(self) -> None:
@@ -109,6 +113,7 @@ class ServiceController:
                 ready = [r for r in await self.db.replicas(self.name) if r["status"] == st.READY]
                 self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]), 1.0) for r in ready])
                 await self._listen(tg, svc)
+            self.listening.set()  # a service shutting down gets no listener
             tg.start_soon(self._publish_traffic)
             tg.start_soon(self._write_access_log)
             while True:
@@ -164,6 +169,7 @@ class ServiceController:
                     self.log(why)
                     await self.db.set_service_status(self.name, st.FAILED, why)
                     svc = {**svc, "status_reason": why}
+                self.listening.set()
                 await anyio.sleep(5)
                 cur = await self.db.get_service(self.name)
                 if cur is None or cur["status"] == st.SHUTTING_DOWN:

@@ -107,10 +107,17 @@ class ServeManager:
         if self.controllers.get(name) is c:
             del self.controllers[name]
 
-    async def resume_all(self) -> None:
+    async def resume_all(self, timeout: float = 10.0) -> None:
+        """Restart every service's controller and wait (up to ``timeout``) until each load
+        balancer listens again: the daemon answers its API only after this, so a service
+        its status shows READY takes requests."""
+        started = []
         for svc in await self.db.services():
             self.log(svc["name"], "controller resumed after a daemon start")
-            self._start(svc["name"], svc.get("user"))
+            started.append(self._start(svc["name"], svc.get("user")))
+        with anyio.move_on_after(timeout):
+            for c in started:
+                await c.listening.wait()
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Daemon shutdown: stop the controllers (rows stay: the next daemon resumes)."""
