@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,25 @@ import pytest
 
 # Fixtures many modules share (a module's own fixture of the same name takes precedence).
 pytest_plugins = ["tests.support.plugin"]
+
+# -- bytecode -------------------------------------------------------------------------------
+# The suite starts ~1,600 Python processes (daemons, CLI calls, agents) that import skyd.
+# Where bytecode writing is off (PYTHONDONTWRITEBYTECODE, common in containers) each would
+# compile from source every module it imports: about 0.3 CPU-s per daemon start, a third of
+# a CLI call. So the session compiles the checkout's own sources once, into their
+# __pycache__ (ignored by git), and lets pytest keep its rewritten test modules there too;
+# the processes it starts only read them.
+_ROOT = Path(__file__).resolve().parent.parent
+sys.dont_write_bytecode = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled already
+        return
+    import compileall
+
+    for d in ("skyd", "tests"):
+        compileall.compile_dir(_ROOT / d, quiet=1, workers=0)
 
 
 @pytest.fixture(scope="session", autouse=True)
