@@ -17,10 +17,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser; with ``argv``, SkyPilot's compatibility flags are added only to the
-    command it names (each CLI run builds what it parses)."""
+    """The CLI's parser; with ``argv``, only the command it names is built, with SkyPilot's
+    compatibility flags for it (each CLI run builds what it parses)."""
     from skyd import __version__
-    from skyd.cli.commands import COMMAND_MODULES
+    from skyd.cli.commands import COMMAND_MODULES, COMMAND_OF, command_word
 
     parser = argparse.ArgumentParser(
         prog="skyd", formatter_class=_Formatter,
@@ -33,13 +33,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--host", dest="daemon_host", metavar="ssh://USER@HOST",
                         help="talk to the daemon on this host (as SKYD_HOST does)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for name in COMMAND_MODULES:
+    word = command_word(argv) if argv is not None else ""
+    for name in COMMAND_OF.get(word, COMMAND_MODULES):
         importlib.import_module(name).register(sub)
     from skyd.cli import compat_flags
 
     # SkyPilot's flags skyd lacks: accepted or refused by name
-    compat_flags.install(parser, only=next((a for a in argv if not a.startswith("-")), "")
-                         if argv is not None else None)
+    compat_flags.install(parser, only=word if argv is not None else None)
     return parser
 
 
