@@ -155,41 +155,20 @@ def no_traffic_out(network_guard: Path) -> Iterator[None]:
 
 # -- running in parallel (pytest -n N, pytest-xdist) ------------------------------------------
 
-# Modules that use one of these machine-wide resources run on the same worker, one after
-# another: the Unix test users (real_sshd wipes and pkills its user), the Slurm daemons
-# (tests/fakes/slurm.py listens on fixed ports). Every other module is a unit of its own
-# (its module fixtures are set up once, on one worker).
-_SHARED_RESOURCES = {
-    "unix-users": ("real_sshd", "skydtest", "skydremote", "skydprobe", "skyd-squat", "fakes.sshd",
-                   "fakes import sshd"),
-    "slurm": ("fakes.slurm", "fakes import slurm", "crash_scenarios_infra"),  # one controller on fixed ports
-}
-_ROOT = Path(__file__).resolve().parent.parent
-_GROUPS: dict[str, str] = {}
-
-
-def group_of(path: str) -> str:
-    """The unit of work a test file belongs to: a shared resource's name, or the file."""
-    if path not in _GROUPS:
-        try:
-            text = (_ROOT / path).read_text()
-        except OSError:
-            text = ""
-        _GROUPS[path] = next((g for g, needles in _SHARED_RESOURCES.items()
-                              if any(n in text for n in needles)), path)
-    return _GROUPS[path]
-
-
+# A unit of work is a test file: its module fixtures are set up once, on one worker. What
+# is machine-wide (the Unix test users real sshd wipes and pkills, the Slurm daemons' fixed
+# ports) is one set per worker (tests/fakes/unixnames.py), so any two files may run at once.
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Whole units of work to one worker each (xdist's loadgroup marks no longer reach its
-    scheduler on pytest 9.2: pytest-dev/pytest-xdist#1386); units with the most tests first."""
+    """Whole test files to one worker each (xdist's own loadscope would split a file's
+    classes; its loadgroup marks no longer reach the scheduler on pytest 9.2:
+    pytest-dev/pytest-xdist#1386), the files with the most tests first."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SharedResourceScheduling(LoadScopeScheduling):
+    class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return group_of(nodeid.split("::", 1)[0])
+            return nodeid.split("::", 1)[0]
 
-    return SharedResourceScheduling(config, log)  # type: ignore[arg-type]
+    return FileScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)

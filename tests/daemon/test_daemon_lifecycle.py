@@ -17,6 +17,7 @@ import pytest
 from skyd.daemon.notify import sd_notify
 from skyd.daemon.server import peer_allowed, peer_credentials
 from skyd.sdk.transport import Client
+from tests.fakes.unixnames import per_worker
 from tests.support.daemon import REPO, SKYD_BIN, DaemonProc, cli, running_daemon, sock_path
 
 
@@ -67,7 +68,7 @@ print(data.decode().split("\r\n")[0]); print(data.decode().split("\r\n\r\n", 1)[
 def _foreign_user() -> str | None:
     if os.getuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
         return None
-    name = "skydtest"
+    name = per_worker("skydtest")
     if subprocess.run(["id", name], capture_output=True).returncode != 0:
         r = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True)
         if r.returncode != 0:

@@ -17,9 +17,10 @@ import pytest
 
 from skyd.daemon.app import bind_socket
 from skyd.errors import DaemonUnavailableError
+from tests.fakes.unixnames import per_worker
 from tests.support.daemon import cli, running_daemon, stop_autostarted, wait_for
 
-PROBE_USER = "skydprobe"
+PROBE_USER = per_worker("skydprobe")
 
 
 def mode(p: Path) -> int:

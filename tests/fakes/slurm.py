@@ -10,8 +10,9 @@ on ``mknod c 1 3`` character devices). Partitions: ``gpu`` (both nodes, default)
 A node shows its GPUs the way a real one does: its tasks get, through slurm.conf's
 ``TaskProlog``, a PATH with a fake ``amd-smi`` that prints every GPU its gres declares (2
 MI300X, ROCm 6 ``static --json`` form), whatever ROCR_VISIBLE_DEVICES says, as the real tool
-does; ``sn3`` has no such tool, so its tasks see no GPU at all. The login host is an sshd on LOGIN_HOST:SSH_PORT for the user ``skydslurm`` (its
-own user, so nothing here touches other tests' users), with ``SetEnv SLURM_CONF=...``.
+does; ``sn3`` has no such tool, so its tasks see no GPU at all. The login host is an sshd on LOGIN_HOST:SSH_PORT for the user ``skydslurm``
+(its own user, so nothing here touches other tests' users). The user and the ports are one
+set per xdist worker (tests/fakes/unixnames.py), so two workers run two Slurms, with ``SetEnv SLURM_CONF=...``.
 Jobs run as that user; its home is the "shared file system" of both nodes.
 """
 
@@ -27,11 +28,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-USER = "skydslurm"
+from tests.fakes.unixnames import per_worker, port_base
+
+USER = per_worker("skydslurm")  # one user and one set of ports per xdist worker
 LOGIN_HOST = "127.0.0.27"
-SSH_PORT = 2251
-CTLD_PORT = 2252
-NODE_PORTS = {"sn1": 2253, "sn2": 2254, "sn3": 2255}
+SSH_PORT = port_base(2251)
+CTLD_PORT = SSH_PORT + 1
+NODE_PORTS = {"sn1": SSH_PORT + 2, "sn2": SSH_PORT + 3, "sn3": SSH_PORT + 4}
 #: the nodes whose GPU driver (and amd-smi) is installed; sn3's gres has none behind it
 DRIVER_NODES = ("sn1", "sn2")
 BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch",

@@ -21,9 +21,10 @@ from pathlib import Path
 import anyio
 
 from tests.fakes.sshhost import make_keypair
+from tests.fakes.unixnames import per_worker
 
 SSHD = "/usr/sbin/sshd"
-USER = "skydtest"
+USER = per_worker("skydtest")  # skydtest-gwN under xdist
 
 
 def unavailable_reason() -> str | None:

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.unixnames import per_worker
 from tests.support.daemon import cli, running_daemon, stop_autostarted, wait_for
 
-SQUAT_USER = "skyd-squat"
+SQUAT_USER = per_worker("skyd-squat")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 # argv: port. Binds 127.0.0.1:port, prints "listening", then one JSON line per connection:

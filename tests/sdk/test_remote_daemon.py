@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.sshd import RealSSHD, real_sshd, unavailable_reason
+from tests.fakes.unixnames import per_worker
 from tests.support.daemon import SKYD_BIN
 
 pytestmark = [
@@ -31,7 +32,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-REMOTE_USER = "skydremote"  # the host's user: its own, so no other test's cleanup touches it
+REMOTE_USER = per_worker("skydremote")  # the host's user: its own, so no other test's cleanup touches it
 # The test user must traverse these: /tmp is 0700 on some machines; /var/tmp is 1777.
 SHARED_TMP = "/var/tmp" if os.path.isdir("/var/tmp") else None
 

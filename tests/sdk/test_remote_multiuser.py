@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.sshd import RealSSHD, ensure_user, real_sshd, unavailable_reason
+from tests.fakes.unixnames import per_worker
 from tests.sdk.test_remote_daemon import SHARED_TMP, _user_dir, _wrapper
 from tests.support.daemon import SKYD_BIN
 
@@ -37,8 +38,9 @@ _WHY_NOT = (unavailable_reason()
                 and "the host side runs the system /usr/bin/python3") or None)
 needs_hosts = pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))
 
-OWNER, ALICE, BOB, STRANGER = "skydremote", "skydtest", "skydprobe", "skyd-squat"
-SHARE, ADMINS = "skydshare", "skydadmins"
+OWNER, ALICE, BOB, STRANGER = map(per_worker, ("skydremote", "skydtest", "skydprobe",
+                                                "skyd-squat"))
+SHARE, ADMINS = per_worker("skydshare"), per_worker("skydadmins")
 
 
 def _group(name: str, members: list[str]) -> None:

@@ -6,7 +6,6 @@ into the container) read and write the bucket from inside, and `down` leaves no 
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +22,8 @@ from skyd.transports.base import RunResult, command_line
 from skyd.transports.fuse import bind_mounts_under, fuse_mounts_under
 from skyd.transports.local import LocalTransport
 from tests.fakes import containers as fc
+from tests.fakes.sshd import ensure_user
+from tests.fakes.unixnames import per_worker
 from tests.support.aws import CREDS
 from tests.support.buckets import fuse_problem, s3_object
 from tests.support.pipeline import Env, cli, module_env, wait_for, write
@@ -51,14 +52,6 @@ def test_copy_buckets_are_visible_in_the_container(
     r = env.ok("launch", "-c", "ctr-s3", "-y", str(y), timeout=180)
     assert r.stdout.count("alpha") == 2, r.stdout + r.stderr
     env.ok("down", "-y", "ctr-s3", timeout=120)
-
-
-def _user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
 
 
 @pytest.mark.skipif(fuse_problem() is not None, reason=str(fuse_problem()))
@@ -117,16 +110,18 @@ class _AsUser(LocalTransport):
         return RunResult(p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None or not _user("skydtest"),
-                    reason="needs root, runuser and the skydtest user")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None,
+                    reason="needs root and runuser (a test user is made)")
 def test_mount_in_a_rootless_container_is_one_message_naming_the_fix(tmp_path: Path) -> None:
+    user = per_worker("skydtest")
+    ensure_user(user)
     d = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="skyd-rootless-"))
     try:
-        shutil.chown(d, "skydtest")
+        shutil.chown(d, user)
         spec = crt.ContainerSpec(image="x", name="skyd-x-0", runtime=["/usr/bin/podman"],
                                  binds=[(str(d / "ckpt"), "/ckpt")], shared=[str(d / "ckpt")])
         with pytest.raises(SkydError) as ei:
-            anyio.run(crt.share_binds, _AsUser(str(d), "skydtest"), spec)
+            anyio.run(crt.share_binds, _AsUser(str(d), user), spec)
         assert "file_mounts /ckpt" in ei.value.message and "rootful podman" in ei.value.message
         assert "mode: COPY" in (ei.value.hint or "")
         assert bind_mounts_under(d) == []  # nothing half-made
