@@ -168,7 +168,39 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         def _split_scope(self, nodeid: str) -> str:
             return nodeid.split("::", 1)[0]
 
+    config.option.loadscopereorder = False  # the workers' collection order (below) is the plan
     return FileScheduling(config, log)  # type: ignore[arg-type]
+
+
+# The order files are handed out in: the longest first, so that no long file starts late and
+# runs alone at the end. tests/file_walls.tsv holds the seconds each file took in a run on
+# four workers (regenerated from a SKYD_TEST_CPU_LOG: docs/README.md); a file not in it
+# counts 0.2 s a test. Only the order depends on it.
+def _file_walls() -> dict[str, float]:
+    try:
+        rows = (_ROOT / "tests" / "file_walls.tsv").read_text().splitlines()
+    except OSError:
+        return {}
+    return {f: float(w) for f, w in (r.split("\t") for r in rows if r.strip())}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a serial run keeps pytest's order
+    walls = _file_walls()
+    count: dict[str, int] = {}
+    for it in items:
+        f = it.nodeid.split("::", 1)[0]
+        count[f] = count.get(f, 0) + 1
+    first: dict[str, int] = {}
+    for i, it in enumerate(items):
+        first.setdefault(it.nodeid.split("::", 1)[0], i)
+
+    def key(it: pytest.Item) -> tuple[float, int]:
+        f = it.nodeid.split("::", 1)[0]
+        return (-walls.get(f, 0.2 * count[f]), first[f])
+
+    items.sort(key=key)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session", autouse=True)
