@@ -206,6 +206,11 @@ class ServiceController:
                 for r in probed:
                     ptg.start_soon(self._probe, r, spec["service"])
             reps = await self.db.replicas(self.name)
+        # a replica the probes just found READY takes traffic now, not after scaling (which
+        # may wait on launches and teardowns)
+        await self._route(spec["service"], reps, "no replica is ready yet"
+                          if any(r["status"] in st.ALIVE for r in reps) else
+                          "the service has no replica")
         await self._scale(svc, reps)
         reps = await self.db.replicas(self.name)
         ready = [r for r in reps if r["status"] == st.READY]
@@ -221,15 +226,22 @@ class ServiceController:
         else:
             status, reason = st.NO_REPLICA, None
         why = reason or ("no replica is ready yet" if alive else "the service has no replica")
-        for r in ready:
-            if int(r["replica_id"]) not in self.weights:
-                self.weights[int(r["replica_id"])] = await self._weight(spec["service"], r)
-        self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]),
-                               self.weights[int(r["replica_id"])]) for r in ready], why)
+        await self._route(spec["service"], reps, why)
         if status != svc["status"] or reason != svc["status_reason"]:
             await self.db.set_service_status(self.name, status, reason)
             self.log(f"service {status}" + (f": {reason}" if reason else ""))
             self.m.publish(self.name)
+
+    async def _route(self, service: dict[str, Any], reps: list[dict[str, Any]], why: str) -> None:
+        """The load balancer sends traffic to the READY replicas of ``reps`` (``why``: its
+        answer while there is none)."""
+        assert self.lb is not None
+        ready = [r for r in reps if r["status"] == st.READY]
+        for r in ready:
+            if int(r["replica_id"]) not in self.weights:
+                self.weights[int(r["replica_id"])] = await self._weight(service, r)
+        self.lb.set_replicas([(int(r["replica_id"]), str(r["url"]),
+                               self.weights[int(r["replica_id"])]) for r in ready], why)
 
     async def _weight(self, service: dict[str, Any], r: dict[str, Any]) -> float:
         """The replica's target_qps_per_replica for its accelerator (a mapping like
