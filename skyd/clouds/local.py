@@ -37,6 +37,7 @@ import anyio
 from skyd import fsutil, paths, settings
 from skyd.clouds import local_net
 from skyd.clouds.base import (
+    NODE_PENDING,
     NODE_RUNNING,
     NODE_STOPPED,
     NODE_TERMINATED,
@@ -239,7 +240,9 @@ class LocalProvisioner(Provisioner):
             if not nd.exists():
                 out.append(NODE_TERMINATED)
             elif (nd / STOPPED_MARK).exists():
-                out.append(NODE_STOPPED)
+                # The agent writes the mark as its last step, then exits: until it has gone
+                # the node is stopping (a VM's STOPPING), not stopped.
+                out.append(NODE_PENDING if self.agent_alive(nd) else NODE_STOPPED)
             elif self.agent_alive(nd):
                 out.append(NODE_RUNNING)
             else:

@@ -9,6 +9,7 @@ import anyio
 
 from skyd import human
 from skyd.clouds.base import (
+    NODE_PENDING,
     NODE_PREEMPTED,
     NODE_RUNNING,
     NODE_STOPPED,
@@ -308,5 +309,7 @@ async def refresh_cluster(store: Any, name: str, *, repair: bool) -> dict[str, A
             await cdb.set_status(store, name, cdb.INIT, f"unhealthy: {e}")
             return await cdb.get_cluster(store, name)
     if row["status"] == cdb.UP:
-        await cdb.set_status(store, name, cdb.INIT, "unhealthy: node agent not answering")
+        why = ("a node is stopping or starting" if NODE_PENDING in states
+               else "unhealthy: node agent not answering")
+        await cdb.set_status(store, name, cdb.INIT, why)
     return await cdb.get_cluster(store, name)

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from skyd.errors import SkydError
 from skyd.tui.client import TuiClient, Unavailable
+from skyd.tui.table import Table
 
 if TYPE_CHECKING:
     from skyd.tui.app import SkydApp
@@ -37,7 +38,7 @@ class TablePane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="pane-caption")
-        table: DataTable[str] = DataTable(cursor_type="row", zebra_stripes=True, cell_padding=1)
+        table = Table(cursor_type="row", zebra_stripes=True, cell_padding=1)
         yield table
 
     def on_mount(self) -> None:
