@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel as _PydanticModel
+from pydantic import ConfigDict, Field
+
+
+class BaseModel(_PydanticModel):
+    """Validators and serializers are built on first use, not when the daemon starts (most
+    of these bodies are never seen by a given daemon)."""
+
+    model_config = ConfigDict(defer_build=True)
 
 
 class ErrorInfo(BaseModel):
@@ -63,7 +71,7 @@ class VersionResponse(BaseModel):
 
 
 class SleepBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     # strict: a bool or a string is not a number of seconds; NaN/inf fail the bounds
     seconds: float = Field(1.0, ge=0, le=86400, strict=True, allow_inf_nan=False)
     log_every: float = Field(0.1, gt=0, le=3600, strict=True, allow_inf_nan=False,
@@ -72,7 +80,7 @@ class SleepBody(BaseModel):
 
 
 class ValidateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     yaml: str = Field(..., description="task YAML text (multi-document = chain DAG)")
     env: dict[str, str] = Field(default_factory=dict, description="--env overrides")
     base_dir: str | None = Field(None, description="directory relative paths resolve against")

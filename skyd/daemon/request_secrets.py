@@ -19,7 +19,7 @@ import anyio
 from skyd import secretfiles
 from skyd.daemon.context import RequestContext
 from skyd.errors import InvalidSpecError, SkydError
-from skyd.models.task import REDACTED
+from skyd.models.redaction import REDACTED
 
 SECRET_REF = "secret_ref"
 TASK_SECRETS = "_task_secrets"  # handler payload only (values per task); never stored

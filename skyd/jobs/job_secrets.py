@@ -15,7 +15,7 @@ from typing import Any
 from skyd import secretfiles
 from skyd.jobs import status as st
 from skyd.jobs.ops import PrecheckError, TaskSpec
-from skyd.models.task import REDACTED
+from skyd.models.redaction import REDACTED
 
 
 async def save(per_task: list[dict[str, str]]) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -23,11 +23,11 @@ from skyd.clouds.base import (
 )
 from skyd.jobs.ops import Block, JobInfo, LaunchResult, LogFn, TaskSpec
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline import planner
 from skyd.pipeline.agents import agent, agent_healthy
-from skyd.pipeline.backend import AgentBackend
-from skyd.pipeline.launchctx import LaunchContext
 from skyd.pipeline.locks import cluster_lock
+
+if TYPE_CHECKING:
+    from skyd.pipeline.launchctx import LaunchContext
 
 
 class _Ctx:
@@ -80,6 +80,8 @@ class PipelineClusterOps:
         self, task: TaskSpec, cluster_name: str, *, blocked: Sequence[Block], log: LogFn
     ) -> LaunchResult:
         from skyd.jobs.job_secrets import with_secrets
+        from skyd.pipeline import planner
+        from skyd.pipeline.backend import AgentBackend
         from skyd.pipeline.jobspec import build_job_spec
         from skyd.pipeline.launch import check_local_paths
         from skyd.pipeline.provision import provision_placed

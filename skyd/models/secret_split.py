@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from skyd.errors import InvalidSpecError
-from skyd.models.task import REDACTED
+from skyd.models.redaction import REDACTED
 
 _PLACEHOLDER = f"'{REDACTED}'"
 _NULL_TAG = "tag:yaml.org,2002:null"

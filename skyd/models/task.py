@@ -16,11 +16,11 @@ from skyd.models import parsing
 from skyd.models._errors import convert_validation_error, fail
 from skyd.models.accelerators import expand_accelerators
 from skyd.models.expand import expand_resources
+from skyd.models.redaction import REDACTED
 from skyd.models.resources import Resources, SpecModel
 from skyd.models.service import ServiceSpec
 from skyd.models.storage import FileMount, resolve_local
 
-REDACTED = "<redacted>"
 MAX_NUM_NODES = 100_000  # bounds.BOUNDS["num_nodes"]; what an infra holds: at plan time
 # SkyPilot's task-name rule (sky/task.py _VALID_NAME_REGEX), plus a length bound.
 TASK_NAME_RE = re.compile(r"[a-zA-Z0-9]+(?:[._-]{1,2}[a-zA-Z0-9]+)*")
@@ -366,3 +366,7 @@ class Task(SpecModel):
             return cls.model_validate(d)
         except ValidationError as e:
             raise convert_validation_error(e) from None
+
+
+# The shipped validator registers itself on import; every Task has it (it needs Task).
+from skyd.models import vendor_check as _vendor_check  # noqa: E402,F401

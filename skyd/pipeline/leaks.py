@@ -15,7 +15,6 @@ from typing import Any
 
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline.locks import cluster_lock, is_busy
-from skyd.pipeline.provision import forget
 
 log = logging.getLogger("skyd.leaks")
 
@@ -34,6 +33,8 @@ async def leak_pass(store: Any, names: Iterable[str] | None = None) -> list[str]
             current = cdb.partial_of(row) if row else None
             if current is None:
                 continue
+            from skyd.pipeline.provision import forget  # with the first leak, not at start
+
             try:
                 await forget(store, current, log.info)
             except Exception as e:  # noqa: BLE001 - the next pass (or `down`) retries

@@ -7,6 +7,7 @@ A background task refreshes cluster state every $SKYD_REFRESH_S (autostop, dead 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from typing import Any
@@ -19,7 +20,7 @@ from skyd.clouds.base import close_clouds, get_cloud
 from skyd.daemon.http import JSON_CT, dumpb
 from skyd.daemon.registry import on_shutdown, on_startup, register_read, register_verb
 from skyd.errors import ClusterStateError, NotFoundError
-from skyd.pipeline import checks, cloudcheck, launch, leaks, lifecycle, locks
+from skyd.pipeline import checks, cloudcheck, leaks, lifecycle, locks
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
 from skyd.pipeline.agents import agent
@@ -247,10 +248,24 @@ async def _shutdown(daemon: Any) -> None:
     await close_clouds()  # every loaded provider's clients (HTTP sessions, SSH)
 
 
+# The launch path (provisioning, the agent's wire types) loads with the first launch or
+# exec, not when the daemon starts; in a worker thread, so the loop keeps serving meanwhile.
+async def _launch() -> Any:
+    return await anyio.to_thread.run_sync(importlib.import_module, "skyd.pipeline.launch")
+
+
+async def _run_launch(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    return dict(await (await _launch()).run_launch(ctx, payload))
+
+
+async def _run_exec(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    return dict(await (await _launch()).run_exec(ctx, payload))
+
+
 def _register() -> None:
-    register_verb("launch", launch.run_launch, resumable=True, summary="Launch a task on a cluster",
+    register_verb("launch", _run_launch, resumable=True, summary="Launch a task on a cluster",
                   check=checks.check_launch)
-    register_verb("exec", launch.run_exec, summary="Run a task on an existing cluster",
+    register_verb("exec", _run_exec, summary="Run a task on an existing cluster",
                   check=checks.check_exec)
     register_verb("stop", lifecycle.run_stop, summary="Stop clusters", check=checks.check_targets)
     register_verb("start", lifecycle.run_start, summary="Start stopped clusters",
