@@ -1,11 +1,12 @@
 """Requests end to end against a real daemon subprocess: concurrency, cancel, events,
-prefixes, validation, limits, OpenAPI, watch."""
+prefixes, validation, limits, OpenAPI, watch. One daemon serves the whole module: each test
+looks only at the requests it made."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -13,39 +14,44 @@ import pytest
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 from skyd.sdk.aio import AsyncClient
 from skyd.sdk.transport import Client
-from tests.support.daemon import running_daemon
+from tests.support.pipeline import Env, module_env
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory) as e:
+        yield e
 
 
 @pytest.mark.anyio
-async def test_100_concurrent_requests_all_complete(skyd_home: Path) -> None:
-    with running_daemon():
-        async with AsyncClient(autostart=False) as c:
-            ids: list[str] = []
+async def test_100_concurrent_requests_all_complete(env: Env) -> None:
+    async with AsyncClient(autostart=False) as c:
+        ids: list[str] = []
 
-            async def one() -> None:
-                ids.append(await c.submit("sleep", {"seconds": 0.3, "log_every": 0.1}))
+        async def one() -> None:
+            ids.append(await c.submit("sleep", {"seconds": 0.3, "log_every": 0.1}))
 
+        async with anyio.create_task_group() as tg:
+            for _ in range(100):
+                tg.start_soon(one)
+        assert len(set(ids)) == 100
+        results: dict[str, object] = {}
+
+        async def wait(rid: str) -> None:
+            results[rid] = await c.wait(rid)
+
+        with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                for _ in range(100):
-                    tg.start_soon(one)
-            assert len(set(ids)) == 100
-            results: dict[str, object] = {}
-
-            async def wait(rid: str) -> None:
-                results[rid] = await c.wait(rid)
-
-            with anyio.fail_after(30):
-                async with anyio.create_task_group() as tg:
-                    for rid in ids:
-                        tg.start_soon(wait, rid)
-            assert all(isinstance(r, dict) and r["slept"] >= 0.3 for r in results.values())
-            rows = await c.requests_ls(limit=1000)
-            assert sorted(r["id"] for r in rows) == sorted(ids)
-            assert {r["status"] for r in rows} == {"SUCCEEDED"}
+                for rid in ids:
+                    tg.start_soon(wait, rid)
+        assert all(isinstance(r, dict) and r["slept"] >= 0.3 for r in results.values())
+        rows = [r for r in await c.requests_ls(limit=1000) if r["id"] in set(ids)]
+        assert sorted(r["id"] for r in rows) == sorted(ids)
+        assert {r["status"] for r in rows} == {"SUCCEEDED"}
 
 
-def test_cancel_ends_cancelled(skyd_home: Path) -> None:
-    with running_daemon(), Client(autostart=False) as c:
+def test_cancel_ends_cancelled(env: Env) -> None:
+    with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 60})
         # wait until it runs
         for ev in c.events(rid):
@@ -64,8 +70,8 @@ def test_cancel_ends_cancelled(skyd_home: Path) -> None:
         assert again["cancelled"] is False and again["status"] == "CANCELLED"
 
 
-def test_events_replay_and_follow(skyd_home: Path) -> None:
-    with running_daemon(), Client(autostart=False) as c:
+def test_events_replay_and_follow(env: Env) -> None:
+    with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 0.5, "log_every": 0.1})
         live = list(c.events(rid, follow=True))
         kinds = [e["type"] for e in live]
@@ -82,12 +88,12 @@ def test_events_replay_and_follow(skyd_home: Path) -> None:
         full = list(c.events(rid2, follow=True))
         assert full[: len(partial)] == partial and full[-1]["type"] == "result"
         # The log file is ndjson, one event per line.
-        lines = (skyd_home / "logs" / "requests" / f"{rid}.log").read_text().splitlines()
+        lines = (env.home / "logs" / "requests" / f"{rid}.log").read_text().splitlines()
         assert [json.loads(x) for x in lines] == live
 
 
-def test_failed_request_carries_error(skyd_home: Path) -> None:
-    with running_daemon(), Client(autostart=False) as c:
+def test_failed_request_carries_error(env: Env) -> None:
+    with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 0, "fail": "broken on purpose"})
         evs = list(c.events(rid))
         assert evs[-1]["type"] == "error"
@@ -97,8 +103,8 @@ def test_failed_request_carries_error(skyd_home: Path) -> None:
         assert "broken on purpose" in row["error"]["message"]
 
 
-def test_prefix_ids(skyd_home: Path) -> None:
-    with running_daemon(), Client(autostart=False) as c:
+def test_prefix_ids(env: Env) -> None:
+    with Client(autostart=False) as c:
         ids = [c.submit("sleep", {"seconds": 0}) for _ in range(17)]
         assert all(len(i) == 8 for i in ids)
         firsts: dict[str, list[str]] = {}
@@ -115,8 +121,8 @@ def test_prefix_ids(skyd_home: Path) -> None:
             c.get("/v1/requests/not-hex")
 
 
-def test_bad_bodies_and_limits(skyd_home: Path) -> None:
-    with running_daemon(), Client(autostart=False) as c:
+def test_bad_bodies_and_limits(env: Env) -> None:
+    with Client(autostart=False) as c:
         with pytest.raises(InvalidSpecError, match="seconds") as ei:
             c.submit("sleep", {"seconds": "soon"})
         assert ei.value.exit_code == 2
@@ -129,8 +135,8 @@ def test_bad_bodies_and_limits(skyd_home: Path) -> None:
         assert c.get("/v1/requests", {"status": "PENDING"}) == []
 
 
-def test_openapi_and_health(skyd_home: Path) -> None:
-    with running_daemon() as d, Client(autostart=False) as c:
+def test_openapi_and_health(env: Env) -> None:
+    with Client(autostart=False) as c:
         doc = c.get("/v1/openapi.json")
         assert doc["openapi"].startswith("3.")
         assert "/v1/requests/sleep" in doc["paths"]
@@ -139,36 +145,35 @@ def test_openapi_and_health(skyd_home: Path) -> None:
         assert "seconds" in doc["components"]["schemas"][ref]["properties"]
         assert "post" in doc["paths"]["/v1/validate"]
         h = c.get("/v1/health")
-        assert h["status"] == "ok" and h["pid"] == d.pid
+        assert h["status"] == "ok" and h["pid"] == env.daemon.pid  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
-async def test_watch_streams_request_state_changes(skyd_home: Path) -> None:
-    with running_daemon():
-        async with AsyncClient(autostart=False) as c:
-            seen: list[dict[str, object]] = []
-            with anyio.fail_after(10):
-                stream = c.stream_ndjson("/v1/watch", {"topics": "requests"})
-                rid = None
-                async for ev in stream:
-                    seen.append(ev)
-                    if ev["topic"] == "_hello":
-                        rid = await c.submit("sleep", {"seconds": 0})
-                    elif isinstance(ev["data"], dict) and ev["data"].get("status") == "SUCCEEDED":
-                        break
-                await stream.aclose()  # type: ignore[attr-defined]
-            statuses = [e["data"]["status"] for e in seen if e["topic"] == "requests"]  # type: ignore[index]
-            assert statuses == ["RUNNING", "SUCCEEDED"]
-            assert all(e["data"]["id"] == rid for e in seen if e["topic"] == "requests")  # type: ignore[index]
+async def test_watch_streams_request_state_changes(env: Env) -> None:
+    async with AsyncClient(autostart=False) as c:
+        seen: list[dict[str, object]] = []
+        with anyio.fail_after(10):
+            stream = c.stream_ndjson("/v1/watch", {"topics": "requests"})
+            rid = None
+            async for ev in stream:
+                seen.append(ev)
+                if ev["topic"] == "_hello":
+                    rid = await c.submit("sleep", {"seconds": 0})
+                elif isinstance(ev["data"], dict) and ev["data"].get("status") == "SUCCEEDED":
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+        statuses = [e["data"]["status"] for e in seen if e["topic"] == "requests"]  # type: ignore[index]
+        assert statuses == ["RUNNING", "SUCCEEDED"]
+        assert all(e["data"]["id"] == rid for e in seen if e["topic"] == "requests")  # type: ignore[index]
 
 
-def test_status_cache_sees_every_write(skyd_home: Path) -> None:
+def test_status_cache_sees_every_write(env: Env) -> None:
     import sqlite3
 
-    with running_daemon(), Client(autostart=False) as c:
+    with Client(autostart=False) as c:
         assert c.get("/v1/status") == []
         assert c.get("/v1/status") == []  # now cached
-        con = sqlite3.connect(skyd_home / "state.db")
+        con = sqlite3.connect(env.home / "state.db")
         con.execute("INSERT INTO clusters(name, status) VALUES('ext', 'UP')")
         con.commit()
         assert [r["name"] for r in c.get("/v1/status")] == ["ext"]
