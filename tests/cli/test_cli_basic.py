@@ -1,4 +1,5 @@
-"""The one-shot CLI: help, fast start (import cost), errors and exit codes, output."""
+"""The one-shot CLI: help, fast start (import cost), errors and exit codes, output. The
+tests that need a daemon share one (module_env), in this file's order."""
 
 from __future__ import annotations
 
@@ -7,16 +8,24 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from skyd.cli.main import build_parser
 from skyd.cli.progress import render_events
-from tests.support.daemon import cli, running_daemon
+from tests.support.daemon import cli
+from tests.support.pipeline import Env, module_env
 
 HEAVY = ("aiohttp", "pydantic", "yaml", "rich", "textual", "highspy", "asyncssh", "grpclib",
          "betterproto", "aiosqlite", "anyio", "boto3", "aiobotocore", "kubernetes_asyncio")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory) as e:
+        yield e
 
 
 def _subcommand_paths() -> list[list[str]]:
@@ -67,11 +76,10 @@ sys.exit(rc)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "-o", "json"]])
-def test_fast_path_imports_nothing_heavy(skyd_home: Path, argv: list[str]) -> None:
+def test_fast_path_imports_nothing_heavy(env: Env, argv: list[str]) -> None:
     probe = _IMPORT_PROBE.replace("{HEAVY}", repr(set(HEAVY)))
-    with running_daemon():
-        r = subprocess.run([sys.executable, "-X", "importtime", "-c", probe, *argv],
-                           capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", probe, *argv],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     heavy_line = [x for x in r.stderr.splitlines() if x.startswith("HEAVY=")][-1]
     assert heavy_line == "HEAVY=", heavy_line
@@ -93,27 +101,24 @@ def test_all_command_modules_import_cheaply() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
-def test_status_json_and_table_empty(skyd_home: Path) -> None:
-    with running_daemon():
-        r = cli("status", "-o", "json")
-        assert r.returncode == 0 and json.loads(r.stdout) == []
-        r = cli("status")
-        assert r.returncode == 0 and "No existing clusters." in r.stdout
+def test_status_json_and_table_empty(env: Env) -> None:
+    r = cli("status", "-o", "json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    r = cli("status")
+    assert r.returncode == 0 and "No existing clusters." in r.stdout
 
 
-def test_status_table_shows_clusters(skyd_home: Path) -> None:
+def test_status_table_shows_clusters(env: Env) -> None:
     import sqlite3
     import time
 
-    with running_daemon():
-        con = sqlite3.connect(skyd_home / "state.db")
+    with sqlite3.connect(env.home / "state.db") as con:
         con.execute(
             "INSERT INTO clusters(name, status, cloud, region, instance_type, accelerators, "
             "num_nodes, use_spot, launched_at, autostop_minutes, autostop_down) "
             "VALUES('c1', 'UP', 'aws', 'us-east-1', 'p5.48xlarge', '{\"H100\": 8}', 2, 1, ?, 10, 1)",
             (time.time() - 120,))
-        con.commit()
-        con.close()
+    try:
         rows = json.loads(cli("status", "-o", "json").stdout)
         assert rows[0]["name"] == "c1" and rows[0]["accelerators"] == {"H100": 8}
         assert rows[0]["use_spot"] is True
@@ -121,17 +126,20 @@ def test_status_table_shows_clusters(skyd_home: Path) -> None:
         for want in ("NAME", "INFRA", "RESOURCES", "AUTOSTOP", "LAUNCHED", "aws/us-east-1",
                      "2x(H100:8, p5.48xlarge) [spot]", "10 min (down)", "2m ago"):
             assert want in out, (want, out)
+    finally:  # a row with no nodes behind it: gone again for the tests after this one
+        with sqlite3.connect(env.home / "state.db") as con:
+            con.execute("DELETE FROM clusters WHERE name = 'c1'")
 
 
-def test_errors_one_line_plus_hint_and_exit_codes(skyd_home: Path, tmp_path: Path) -> None:
-    with running_daemon():
-        r = cli("requests", "get", "deadbeef")
-        assert r.returncode == 3
-        assert r.stderr.startswith("error: no request 'deadbeef'\nhint: ")
-        assert "Traceback" not in r.stderr
+def test_errors_one_line_plus_hint_and_exit_codes(env: Env, tmp_path: Path) -> None:
+    r = cli("requests", "get", "deadbeef")
+    assert r.returncode == 3
+    assert r.stderr.startswith("error: no request 'deadbeef'\nhint: ")
+    assert "Traceback" not in r.stderr
     r = cli("validate", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and r.stderr.startswith("error: cannot read") and "Traceback" not in r.stderr
-    r = cli("status", env={"SKYD_NO_AUTOSTART": "1"})
+    no_daemon = {"SKYD_NO_AUTOSTART": "1", "SKYD_SOCKET": str(tmp_path / "none.sock")}
+    r = cli("status", env=no_daemon)
     assert r.returncode == 7 and r.stderr.startswith("error: cannot reach the skyd daemon")
     assert "hint: start it with: skyd daemon start" in r.stderr
     r = cli("status", "-o", "yaml")
@@ -140,26 +148,25 @@ def test_errors_one_line_plus_hint_and_exit_codes(skyd_home: Path, tmp_path: Pat
     assert r.returncode == 2 and "not set in your environment" in r.stderr
 
 
-def test_requests_commands(skyd_home: Path) -> None:
-    with running_daemon():
-        from skyd.sdk.transport import Client
+def test_requests_commands(env: Env) -> None:
+    from skyd.sdk.transport import Client
 
-        with Client(autostart=False) as c:
-            done = c.submit("sleep", {"seconds": 0.2, "log_every": 0.1})
-            long = c.submit("sleep", {"seconds": 60})
-        r = cli("requests", "logs", done[:6], "--follow")
-        assert r.returncode == 0 and "slept 0.2s of 0.2s" in r.stdout
-        rows = json.loads(cli("requests", "ls", "-o", "json").stdout)
-        assert {x["id"] for x in rows} == {done, long}
-        assert json.loads(cli("requests", "-o", "json").stdout) == rows
-        got = json.loads(cli("requests", "get", done, "-o", "json").stdout)
-        assert got["status"] == "SUCCEEDED" and got["payload"]["seconds"] == 0.2
-        r = cli("requests", "cancel", long)
-        assert r.returncode == 0 and "CANCELLED" in r.stdout
-        r = cli("requests", "logs", long)
-        assert r.returncode == 130 and "error: request cancelled" in r.stderr
-        table = cli("requests").stdout
-        assert done in table and "CANCELLED" in table
+    with Client(autostart=False) as c:
+        done = c.submit("sleep", {"seconds": 0.2, "log_every": 0.1})
+        long = c.submit("sleep", {"seconds": 60})
+    r = cli("requests", "logs", done[:6], "--follow")
+    assert r.returncode == 0 and "slept 0.2s of 0.2s" in r.stdout
+    rows = json.loads(cli("requests", "ls", "-o", "json").stdout)
+    assert {x["id"] for x in rows} >= {done, long}
+    assert json.loads(cli("requests", "-o", "json").stdout) == rows
+    got = json.loads(cli("requests", "get", done, "-o", "json").stdout)
+    assert got["status"] == "SUCCEEDED" and got["payload"]["seconds"] == 0.2
+    r = cli("requests", "cancel", long)
+    assert r.returncode == 0 and "CANCELLED" in r.stdout
+    r = cli("requests", "logs", long)
+    assert r.returncode == 130 and "error: request cancelled" in r.stderr
+    table = cli("requests").stdout
+    assert done in table and "CANCELLED" in table
 
 
 def test_progress_renders_stages_and_logs() -> None:
