@@ -1,6 +1,7 @@
 """A newcomer's first hour, as a user meets it: the README's commands, dry runs that plan
 over every catalog and match what launch does, launch output in order and clean off a
-TTY, JSON errors, confirmations on a terminal, and human-readable figures."""
+TTY, JSON errors, confirmations on a terminal, and human-readable figures. The tests that
+take ``daemon`` share one module daemon; what each leaves is taken down after it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,29 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.daemon import REPO, SKYD_BIN, cli, running_daemon
+import pytest
+
+from tests.support.daemon import REPO, SKYD_BIN, DaemonProc, cli, running_daemon
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
 
 A100 = "resources:\n  accelerators: A100:8\nrun: nvidia-smi\n"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory) as e:
+        yield e
+
+
+@pytest.fixture
+def daemon(shared: Env) -> Iterator[DaemonProc | None]:
+    yield shared.daemon
+    take_down_leftovers()
 
 
 def _combined(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:
@@ -171,7 +189,7 @@ def test_launch_output_comes_in_order_and_clean_without_a_tty(daemon: Any, tmp_p
               "✓ Setup done", "RUN-LINE-1", "RUN-LINE-2", "✓ Job finished")
     assert "Optimizing…" not in out and "\r" not in out and "\x1b" not in out
     rid = next(r["id"] for r in json.loads(cli("requests", "ls", "-o", "json").stdout)
-               if r["verb"] == "launch")
+               if r["verb"] == "launch" and r["cluster_name"] == "ordered")
     logs = _combined("requests", "logs", rid)
     _in_order(logs, "SETUP-LINE", "✓ Setup done", "RUN-LINE-1", "✓ Job finished")
     # exec -d: one line says where the job runs and how to follow it.
@@ -211,6 +229,7 @@ def test_down_and_stop_ask_on_a_terminal(daemon: Any) -> None:
 
 
 def test_cancel_of_a_finished_job_says_so_and_requests_ls_names_clusters(daemon: Any) -> None:
+    before = {r["id"] for r in json.loads(cli("requests", "ls", "-o", "json").stdout)}
     assert cli("launch", "-y", "-c", "cx", "echo done").returncode == 0
     r = cli("cancel", "cx", "1")
     assert r.returncode == 0
@@ -219,7 +238,8 @@ def test_cancel_of_a_finished_job_says_so_and_requests_ls_names_clusters(daemon:
     assert cli("stop", "-y", "cx").returncode == 0
     assert cli("start", "cx").returncode == 0
     assert cli("down", "-y", "cx").returncode == 0
-    rows = json.loads(cli("requests", "ls", "-o", "json").stdout)
+    rows = [r for r in json.loads(cli("requests", "ls", "-o", "json").stdout)
+            if r["id"] not in before]  # this test's requests
     by_verb = {r["verb"]: r for r in rows}
     for verb in ("cancel", "autostop", "stop", "start", "down", "launch"):
         assert by_verb[verb]["cluster_name"] == "cx", by_verb[verb]

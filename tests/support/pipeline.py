@@ -141,6 +141,11 @@ def module_env(tmp_path_factory: pytest.TempPathFactory, **extra: str) -> Iterat
     mp.setenv("SKYD_CONFIG_DIR", str(base / "config"))
     mp.setenv("SKYD_REFRESH_S", "1")
     mp.delenv("SKYD_CATALOG_DIR", raising=False)
+    # SkyPilot's config layers (skyd.config): never the developer's ~/.sky/config.yaml
+    (base / "sky-config.yaml").write_text("")
+    mp.setenv("SKYPILOT_GLOBAL_CONFIG", str(base / "sky-config.yaml"))
+    mp.delenv("SKYPILOT_CONFIG", raising=False)
+    mp.delenv("SKYPILOT_PROJECT_CONFIG", raising=False)
     for k, v in extra.items():
         mp.setenv(k, v)
     env = Env(home, sockdir / "s.sock")

@@ -40,17 +40,23 @@ def daemon(skyd_home: Path) -> Iterator[DaemonProc]:
     clusters) is taken down before it stops."""
     with running_daemon() as d:
         yield d
-        try:
-            left = _left_over()
-        except Exception:  # the test stopped the daemon itself: tear down through the CLI
-            left = {"clusters": True, "jobs": True, "services": True}
-        if left["services"]:
-            cli("serve", "down", "-a", "-y", timeout=120)
-        if left["jobs"]:
-            cli("jobs", "cancel", "-a", "-y", timeout=120)
-        if left["clusters"]:
-            cli("down", "-a", "-y", timeout=120)
+        take_down_leftovers()
     stop_autostarted()  # a CLI call above may have started another daemon
+
+
+def take_down_leftovers() -> None:
+    """Take down what a test left on the daemon (services, live managed jobs, clusters), so
+    the next test that shares it starts from nothing."""
+    try:
+        left = _left_over()
+    except Exception:  # the test stopped the daemon itself: tear down through the CLI
+        left = {"clusters": True, "jobs": True, "services": True}
+    if left["services"]:
+        cli("serve", "down", "-a", "-y", timeout=120)
+    if left["jobs"]:
+        cli("jobs", "cancel", "-a", "-y", timeout=120)
+    if left["clusters"]:
+        cli("down", "-a", "-y", timeout=120)
 
 
 @pytest.fixture(scope="module")
