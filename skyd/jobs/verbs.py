@@ -298,11 +298,15 @@ async def jobs_logs(ctx: ReadContext, request: web.Request) -> Any:
             if cur["cluster"] and cur["cluster_job_id"] is not None and not terminal \
                     and key not in streamed:
                 streamed.add(key)
+                got = False
                 try:
                     async for chunk in m.ops.tail_logs(cur["cluster"], int(cur["cluster_job_id"]), follow):
+                        got = True
                         yield {"text": chunk.decode(errors="replace")}
                 except Exception:  # noqa: BLE001 - cluster went away (preempted / done)
                     pass
+                if not got:  # nothing came (the job ended and its cluster is going): the
+                    streamed.discard(key)  # saved log shows it once the job is terminal
                 if not follow:
                     return
                 cur = await m.db.get_job(jid)
