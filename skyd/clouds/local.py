@@ -346,8 +346,8 @@ class LocalProvisioner(Provisioner):
     async def ensure_agents(self, handle: ClusterHandle, log: LogFn) -> ClusterHandle:
         await anyio.to_thread.run_sync(sandbox_ns.probe)  # cached: later path lookups never spawn it
         states = await self.query(handle)
-        if NODE_TERMINATED in states or NODE_STOPPED in states:
-            return handle
+        if {NODE_TERMINATED, NODE_STOPPED, NODE_PENDING} & set(states):
+            return handle  # gone, stopped, or stopping (autostop): `start` brings it back
         if all(s == NODE_RUNNING for s in states):
             for node in handle.nodes:
                 info = self._agent_info(Path(node.node_dir))

@@ -24,7 +24,7 @@ HEAVY = ("aiohttp", "pydantic", "yaml", "rich", "textual", "highspy", "asyncssh"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory) as e:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
         yield e
 
 

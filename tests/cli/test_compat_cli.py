@@ -1,6 +1,7 @@
 """SkyPilot's flags typed at skyd (issue: a SkyPilot user switches without rewriting the
 flags they type). Cases are command lines from SkyPilot's docs and `sky --help`; the
-end-to-end ones run on the `local` infra with a real daemon."""
+end-to-end ones run on the `local` infra with a real daemon (one for the module; what each
+test leaves is taken down after it)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ import pytest
 
 from skyd.cli.main import build_parser
 from tests.support.daemon import cli, running_daemon, wait_for
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
+        yield e
+
+
+@pytest.fixture
+def daemon(shared: Env) -> Iterator[Any]:
+    yield shared.daemon
+    take_down_leftovers()
 
 
 def test_the_compat_table_is_current_and_covers_nine_in_ten_rows() -> None:
@@ -186,7 +201,8 @@ REPLICA = (
 
 
 def test_serve_up_takes_secret_overrides_and_env_file(daemon: Any, tmp_path: Path,
-                                                      skyd_home: Path) -> None:
+                                                      shared: Env) -> None:
+    skyd_home = shared.home
     app = tmp_path / "app.py"
     app.write_text(REPLICA)
     f = tmp_path / "svc.yaml"

@@ -29,7 +29,7 @@ A100 = "resources:\n  accelerators: A100:8\nrun: nvidia-smi\n"
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory) as e:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
         yield e
 
 

@@ -19,7 +19,7 @@ from tests.support.pipeline import Env, module_env
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory) as e:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
         yield e
 
 

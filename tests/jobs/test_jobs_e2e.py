@@ -1,5 +1,6 @@
 """Managed jobs end to end: a real daemon, the real pipeline, real node agents on the fake
-preemptible provider (`fakecloud`: regions r1 < r2 < r3 in price, zones a/b)."""
+preemptible provider (`fakecloud`: regions r1 < r2 < r3 in price, zones a/b). One daemon
+serves the module; each test looks at its own job, and what it leaves is taken down after it."""
 
 from __future__ import annotations
 
@@ -12,19 +13,30 @@ import anyio
 import pytest
 
 from tests.fakes import preemptible
-from tests.support.daemon import cli, running_daemon, wait_for
+from tests.support.daemon import cli, wait_for
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
 
 SPOT = "resources:\n  infra: fakecloud\n  use_spot: true\n"
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory, SKYD_EXTRA_PLUGINS="tests.fakes.preemptible",
+                    SKYD_JOBS_POLL="0.3", SKYD_JOBS_BACKOFF="0.3",
+                    SKYD_REFRESH_S="10") as e:  # the daemon's default refresh
+        yield e
+
+
 @pytest.fixture
-def daemon(skyd_home: Path) -> Iterator[Any]:
-    with running_daemon(
-        SKYD_EXTRA_PLUGINS="tests.fakes.preemptible", SKYD_JOBS_POLL="0.3",
-        SKYD_JOBS_BACKOFF="0.3",
-    ) as d:
-        yield d
-        cli("jobs", "cancel", "-a")
+def skyd_home(shared: Env) -> Path:
+    return shared.home
+
+
+@pytest.fixture
+def daemon(shared: Env) -> Iterator[Any]:
+    yield shared.daemon
+    take_down_leftovers()
 
 
 def _job(jid: int) -> dict[str, Any]:
@@ -152,6 +164,8 @@ def test_jobs_launch_plans_with_the_callers_catalog_dir(daemon: Any, skyd_home: 
     import os
     import sqlite3
 
+    with sqlite3.connect(skyd_home / "state.db", timeout=30) as con:
+        (before,) = con.execute("SELECT COALESCE(MAX(id), 0) FROM managed_jobs").fetchone()
     f = tmp_path / "cat-job.yaml"
     f.write_text("name: cat-job\nrun: echo hi\n")
     r = cli("jobs", "launch", "-d", "-o", "json", str(f),
@@ -169,7 +183,8 @@ def test_jobs_launch_plans_with_the_callers_catalog_dir(daemon: Any, skyd_home: 
     jid = int(json.loads(r.stdout)["job_id"])
     con = sqlite3.connect(skyd_home / "state.db", timeout=30)
     try:
-        dags = [json.loads(d) for (d,) in con.execute("SELECT dag FROM managed_jobs")]
+        dags = [json.loads(d) for (d,) in con.execute(
+            "SELECT dag FROM managed_jobs WHERE id > ?", (before,))]  # this test's jobs
     finally:
         con.close()
     assert [d.get("catalog_dir") for d in dags] == [str(cat)], dags

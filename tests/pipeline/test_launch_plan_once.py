@@ -1,7 +1,7 @@
 """A launch plans once: the plan the dry run (the interactive confirmation) showed is the
 one the launch runs, named by its id; when the catalogs changed in between, the launch
 plans again and says why. Observed through the request's own events (its OPTIMIZE stage
-and log), with a real daemon and the real CLI."""
+and log), with a real daemon (one for the module) and the real CLI."""
 
 from __future__ import annotations
 
@@ -14,14 +14,21 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import SKYD_BIN, cli, running_daemon
+from tests.support.daemon import SKYD_BIN, cli
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
+        yield e
 
 
 @pytest.fixture
-def daemon(skyd_home: Path) -> Iterator[Any]:
-    with running_daemon() as d:
-        yield d
-        cli("down", "-a", "-y")
+def daemon(shared: Env) -> Iterator[Any]:
+    yield shared.daemon
+    take_down_leftovers()
 
 
 def _events(rid: str) -> tuple[list[dict[str, Any]], Any]:
@@ -115,6 +122,7 @@ def test_a_bad_plan_id_is_refused_naming_the_field(daemon: Any, tmp_path: Path) 
 
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux `script` for a TTY")
 def test_the_confirmed_cli_launch_does_not_plan_again(daemon: Any, tmp_path: Path) -> None:
+    before = {row["id"] for row in json.loads(cli("requests", "ls", "-o", "json").stdout)}
     r = subprocess.run(
         ["script", "-qec", f"{SKYD_BIN} launch -c confirmed 'echo confirmed-ok'", "/dev/null"],
         input="y\n", capture_output=True, text=True, timeout=120,
@@ -122,7 +130,7 @@ def test_the_confirmed_cli_launch_does_not_plan_again(daemon: Any, tmp_path: Pat
     assert r.returncode == 0 and "confirmed-ok" in r.stdout, r.stdout
     assert "Proceed? [Y/n]" in r.stdout
     rows = json.loads(cli("requests", "ls", "-o", "json").stdout)
-    launches = [row for row in rows if row.get("verb") == "launch"]
+    launches = [row for row in rows if row.get("verb") == "launch" and row["id"] not in before]
     assert len(launches) == 2  # the dry run shown, then the launch
     from skyd import sdk
 
