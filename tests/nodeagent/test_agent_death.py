@@ -1,7 +1,8 @@
 """Agents die; their jobs' processes must not outlive them, and the daemon notices.
 
 A real daemon, real node agents on `local`, the real CLI (plus a node agent on a small
-tmpfs for the disk-full case, skipped where mounting is not permitted).
+tmpfs for the disk-full case, skipped where mounting is not permitted). One daemon serves
+the module's tests that take ``daemon``; what each leaves is taken down after it.
 """
 
 from __future__ import annotations
@@ -18,16 +19,27 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import cli, running_daemon, stop_autostarted, wait_for
+from tests.support.daemon import cli, wait_for
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory, SKYD_JOBS_POLL="0.3", SKYD_JOBS_BACKOFF="0.3",
+                    SKYD_REFRESH_S="10") as e:  # the daemon's default refresh
+        yield e
 
 
 @pytest.fixture
-def daemon(skyd_home: Path) -> Iterator[Any]:
-    with running_daemon(SKYD_JOBS_POLL="0.3", SKYD_JOBS_BACKOFF="0.3") as d:
-        yield d
-        cli("jobs", "cancel", "-a")
-        cli("down", "-a", "-y", timeout=120)
-    stop_autostarted()  # a CLI call above may have started another daemon
+def daemon(shared: Env) -> Iterator[Any]:
+    yield shared.daemon
+    take_down_leftovers()
+
+
+@pytest.fixture
+def skyd_home(shared: Env) -> Path:
+    return shared.home
 
 
 def _alive(pid: int) -> bool:

@@ -1,5 +1,7 @@
 """`skyd serve` end to end on `local`: a real daemon, real node agents, replicas that are
-real HTTP servers (tests/fakes/replica_app.py), traffic through the daemon's load balancer."""
+real HTTP servers (tests/fakes/replica_app.py), traffic through the daemon's load balancer.
+The tests that take ``daemon`` share one module daemon (what each leaves is taken down after
+it); those that kill or configure a daemon run their own."""
 
 from __future__ import annotations
 
@@ -19,6 +21,20 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import cli, running_daemon, wait_for
+from tests.support.pipeline import Env, module_env
+from tests.support.plugin import take_down_leftovers
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
+        yield e
+
+
+@pytest.fixture
+def daemon(shared: Env) -> Iterator[Any]:
+    yield shared.daemon
+    take_down_leftovers()
 
 APP = Path(__file__).resolve().parents[1] / "fakes" / "replica_app.py"
 
@@ -207,8 +223,9 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_one_message_nothing_launched(daemon: Any, skyd_home: Path, tmp_path: Path,
+def test_bad_input_one_message_nothing_launched(daemon: Any, shared: Env, tmp_path: Path,
                                                 case: str) -> None:
+    skyd_home = shared.home
     body, word = BAD[case]
     r = cli("serve", "up", str(_yaml(tmp_path, "bad", body)))
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -217,7 +234,7 @@ def test_bad_input_one_message_nothing_launched(daemon: Any, skyd_home: Path, tm
     assert not (skyd_home / "local").exists() or not list((skyd_home / "local").iterdir())
 
 
-def test_port_in_use_is_refused(daemon: Any, skyd_home: Path, tmp_path: Path) -> None:
+def test_port_in_use_is_refused(daemon: Any, tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
