@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,13 @@ import pytest
 from skyd.cli.main import build_parser
 from skyd.cli.progress import render_events
 from tests.support.daemon import cli
-from tests.support.pipeline import Env, module_env
+from tests.support.pipeline import Env
 
 HEAVY = ("aiohttp", "pydantic", "yaml", "rich", "textual", "highspy", "asyncssh", "grpclib",
          "betterproto", "aiosqlite", "anyio", "boto3", "aiobotocore", "kubernetes_asyncio")
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
+SHARED_DAEMON_ENV: dict[str, str] = {}  # `shared`: one daemon for the module (tests/support/plugin.py)
 
 
 def _subcommand_paths() -> list[list[str]]:
@@ -76,7 +72,7 @@ sys.exit(rc)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "-o", "json"]])
-def test_fast_path_imports_nothing_heavy(env: Env, argv: list[str]) -> None:
+def test_fast_path_imports_nothing_heavy(shared: Env, argv: list[str]) -> None:
     probe = _IMPORT_PROBE.replace("{HEAVY}", repr(set(HEAVY)))
     r = subprocess.run([sys.executable, "-X", "importtime", "-c", probe, *argv],
                        capture_output=True, text=True, timeout=60)
@@ -101,18 +97,18 @@ def test_all_command_modules_import_cheaply() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
-def test_status_json_and_table_empty(env: Env) -> None:
+def test_status_json_and_table_empty(shared: Env) -> None:
     r = cli("status", "-o", "json")
     assert r.returncode == 0 and json.loads(r.stdout) == []
     r = cli("status")
     assert r.returncode == 0 and "No existing clusters." in r.stdout
 
 
-def test_status_table_shows_clusters(env: Env) -> None:
+def test_status_table_shows_clusters(shared: Env) -> None:
     import sqlite3
     import time
 
-    with sqlite3.connect(env.home / "state.db") as con:
+    with sqlite3.connect(shared.home / "state.db") as con:
         con.execute(
             "INSERT INTO clusters(name, status, cloud, region, instance_type, accelerators, "
             "num_nodes, use_spot, launched_at, autostop_minutes, autostop_down) "
@@ -127,11 +123,11 @@ def test_status_table_shows_clusters(env: Env) -> None:
                      "2x(H100:8, p5.48xlarge) [spot]", "10 min (down)", "2m ago"):
             assert want in out, (want, out)
     finally:  # a row with no nodes behind it: gone again for the tests after this one
-        with sqlite3.connect(env.home / "state.db") as con:
+        with sqlite3.connect(shared.home / "state.db") as con:
             con.execute("DELETE FROM clusters WHERE name = 'c1'")
 
 
-def test_errors_one_line_plus_hint_and_exit_codes(env: Env, tmp_path: Path) -> None:
+def test_errors_one_line_plus_hint_and_exit_codes(shared: Env, tmp_path: Path) -> None:
     r = cli("requests", "get", "deadbeef")
     assert r.returncode == 3
     assert r.stderr.startswith("error: no request 'deadbeef'\nhint: ")
@@ -148,7 +144,7 @@ def test_errors_one_line_plus_hint_and_exit_codes(env: Env, tmp_path: Path) -> N
     assert r.returncode == 2 and "not set in your environment" in r.stderr
 
 
-def test_requests_commands(env: Env) -> None:
+def test_requests_commands(shared: Env) -> None:
     from skyd.sdk.transport import Client
 
     with Client(autostart=False) as c:

@@ -18,20 +18,9 @@ import pytest
 
 from skyd.cli.main import build_parser
 from tests.support.daemon import cli, running_daemon, wait_for
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
+from tests.support.pipeline import Env
 
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
-
-
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[Any]:
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 def test_the_compat_table_is_current_and_covers_nine_in_ten_rows() -> None:

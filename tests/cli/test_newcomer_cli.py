@@ -14,29 +14,15 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support.daemon import REPO, SKYD_BIN, DaemonProc, cli, running_daemon
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
+from tests.support.daemon import REPO, SKYD_BIN, cli, running_daemon
 
 A100 = "resources:\n  accelerators: A100:8\nrun: nvidia-smi\n"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
-
-
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[DaemonProc | None]:
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 def _combined(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -14,17 +13,13 @@ import pytest
 from skyd.errors import InvalidSpecError, NotFoundError, SkydError
 from skyd.sdk.aio import AsyncClient
 from skyd.sdk.transport import Client
-from tests.support.pipeline import Env, module_env
+from tests.support.pipeline import Env
 
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
+SHARED_DAEMON_ENV: dict[str, str] = {}  # `shared`: one daemon for the module (tests/support/plugin.py)
 
 
 @pytest.mark.anyio
-async def test_100_concurrent_requests_all_complete(env: Env) -> None:
+async def test_100_concurrent_requests_all_complete(shared: Env) -> None:
     async with AsyncClient(autostart=False) as c:
         ids: list[str] = []
 
@@ -50,7 +45,7 @@ async def test_100_concurrent_requests_all_complete(env: Env) -> None:
         assert {r["status"] for r in rows} == {"SUCCEEDED"}
 
 
-def test_cancel_ends_cancelled(env: Env) -> None:
+def test_cancel_ends_cancelled(shared: Env) -> None:
     with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 60})
         # wait until it runs
@@ -70,7 +65,7 @@ def test_cancel_ends_cancelled(env: Env) -> None:
         assert again["cancelled"] is False and again["status"] == "CANCELLED"
 
 
-def test_events_replay_and_follow(env: Env) -> None:
+def test_events_replay_and_follow(shared: Env) -> None:
     with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 0.5, "log_every": 0.1})
         live = list(c.events(rid, follow=True))
@@ -88,11 +83,11 @@ def test_events_replay_and_follow(env: Env) -> None:
         full = list(c.events(rid2, follow=True))
         assert full[: len(partial)] == partial and full[-1]["type"] == "result"
         # The log file is ndjson, one event per line.
-        lines = (env.home / "logs" / "requests" / f"{rid}.log").read_text().splitlines()
+        lines = (shared.home / "logs" / "requests" / f"{rid}.log").read_text().splitlines()
         assert [json.loads(x) for x in lines] == live
 
 
-def test_failed_request_carries_error(env: Env) -> None:
+def test_failed_request_carries_error(shared: Env) -> None:
     with Client(autostart=False) as c:
         rid = c.submit("sleep", {"seconds": 0, "fail": "broken on purpose"})
         evs = list(c.events(rid))
@@ -103,7 +98,7 @@ def test_failed_request_carries_error(env: Env) -> None:
         assert "broken on purpose" in row["error"]["message"]
 
 
-def test_prefix_ids(env: Env) -> None:
+def test_prefix_ids(shared: Env) -> None:
     with Client(autostart=False) as c:
         ids = [c.submit("sleep", {"seconds": 0}) for _ in range(17)]
         assert all(len(i) == 8 for i in ids)
@@ -121,7 +116,7 @@ def test_prefix_ids(env: Env) -> None:
             c.get("/v1/requests/not-hex")
 
 
-def test_bad_bodies_and_limits(env: Env) -> None:
+def test_bad_bodies_and_limits(shared: Env) -> None:
     with Client(autostart=False) as c:
         with pytest.raises(InvalidSpecError, match="seconds") as ei:
             c.submit("sleep", {"seconds": "soon"})
@@ -135,7 +130,7 @@ def test_bad_bodies_and_limits(env: Env) -> None:
         assert c.get("/v1/requests", {"status": "PENDING"}) == []
 
 
-def test_openapi_and_health(env: Env) -> None:
+def test_openapi_and_health(shared: Env) -> None:
     with Client(autostart=False) as c:
         doc = c.get("/v1/openapi.json")
         assert doc["openapi"].startswith("3.")
@@ -145,11 +140,11 @@ def test_openapi_and_health(env: Env) -> None:
         assert "seconds" in doc["components"]["schemas"][ref]["properties"]
         assert "post" in doc["paths"]["/v1/validate"]
         h = c.get("/v1/health")
-        assert h["status"] == "ok" and h["pid"] == env.daemon.pid  # type: ignore[union-attr]
+        assert h["status"] == "ok" and h["pid"] == shared.daemon.pid  # type: ignore[union-attr]
 
 
 @pytest.mark.anyio
-async def test_watch_streams_request_state_changes(env: Env) -> None:
+async def test_watch_streams_request_state_changes(shared: Env) -> None:
     async with AsyncClient(autostart=False) as c:
         seen: list[dict[str, object]] = []
         with anyio.fail_after(10):
@@ -167,13 +162,13 @@ async def test_watch_streams_request_state_changes(env: Env) -> None:
         assert all(e["data"]["id"] == rid for e in seen if e["topic"] == "requests")  # type: ignore[index]
 
 
-def test_status_cache_sees_every_write(env: Env) -> None:
+def test_status_cache_sees_every_write(shared: Env) -> None:
     import sqlite3
 
     with Client(autostart=False) as c:
         assert c.get("/v1/status") == []
         assert c.get("/v1/status") == []  # now cached
-        con = sqlite3.connect(env.home / "state.db")
+        con = sqlite3.connect(shared.home / "state.db")
         con.execute("INSERT INTO clusters(name, status) VALUES('ext', 'UP')")
         con.commit()
         assert [r["name"] for r in c.get("/v1/status")] == ["ext"]

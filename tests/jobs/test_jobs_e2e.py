@@ -5,7 +5,6 @@ serves the module; each test looks at its own job, and what it leaves is taken d
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +13,9 @@ import pytest
 
 from tests.fakes import preemptible
 from tests.support.daemon import cli, wait_for
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
+from tests.support.pipeline import Env
 
 SPOT = "resources:\n  infra: fakecloud\n  use_spot: true\n"
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_EXTRA_PLUGINS="tests.fakes.preemptible",
-                    SKYD_JOBS_POLL="0.3", SKYD_JOBS_BACKOFF="0.3",
-                    SKYD_REFRESH_S="10") as e:  # the daemon's default refresh
-        yield e
 
 
 @pytest.fixture
@@ -33,10 +23,11 @@ def skyd_home(shared: Env) -> Path:
     return shared.home
 
 
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[Any]:
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {
+    "SKYD_EXTRA_PLUGINS": "tests.fakes.preemptible",
+    "SKYD_JOBS_POLL": "0.3",
+    "SKYD_JOBS_BACKOFF": "0.3",
+}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 def _job(jid: int) -> dict[str, Any]:

@@ -20,21 +20,12 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import cli, wait_for
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
+from tests.support.pipeline import Env
 
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_JOBS_POLL="0.3", SKYD_JOBS_BACKOFF="0.3",
-                    SKYD_REFRESH_S="10") as e:  # the daemon's default refresh
-        yield e
-
-
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[Any]:
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {
+    "SKYD_JOBS_POLL": "0.3",
+    "SKYD_JOBS_BACKOFF": "0.3",
+}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 @pytest.fixture

@@ -8,27 +8,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.daemon import SKYD_BIN, cli
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
 
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
-
-
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[Any]:
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 def _events(rid: str) -> tuple[list[dict[str, Any]], Any]:

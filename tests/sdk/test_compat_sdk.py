@@ -5,28 +5,14 @@ construction, launch + stream_and_get, status/queue/tail_logs, jobs, async varia
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import skyd.sky as sky
-from tests.support.pipeline import Env, module_env
-from tests.support.plugin import take_down_leftovers
 
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with module_env(tmp_path_factory, SKYD_REFRESH_S="10") as e:  # the daemon's default
-        yield e
-
-
-@pytest.fixture
-def daemon(shared: Env) -> Iterator[Any]:
-    """One daemon for the module's tests that take it; what each leaves is taken down."""
-    yield shared.daemon
-    take_down_leftovers()
+SHARED_DAEMON_ENV: dict[str, str] = {}  # the tests taking `daemon` share one (tests/support/plugin.py)
 
 
 def test_task_and_resources_build_skypilots_yaml(tmp_path: Path) -> None:

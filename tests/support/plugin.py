@@ -6,12 +6,12 @@ fixture of the same name, which takes precedence over these."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.daemon import DaemonProc, cli, running_daemon, stop_autostarted
+from tests.support.pipeline import Env, module_env
 
 
 def _left_over() -> dict[str, bool]:
@@ -34,10 +34,26 @@ def _left_over() -> dict[str, bool]:
     return {"clusters": bool(clusters), "jobs": bool(live), "services": bool(services)}
 
 
+@pytest.fixture(scope="module")
+def shared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """One daemon for the whole module (its own SKYD_HOME, socket and config; the daemon's
+    default refresh), with the module's ``SHARED_DAEMON_ENV`` on top."""
+    env = {"SKYD_REFRESH_S": "10", **getattr(request.module, "SHARED_DAEMON_ENV", {})}
+    with module_env(tmp_path_factory, **env) as e:
+        yield e
+
+
 @pytest.fixture
-def daemon(skyd_home: Path) -> Iterator[DaemonProc]:
-    """A daemon of this test's own SKYD_HOME; what the test left (services, managed jobs,
-    clusters) is taken down before it stops."""
+def daemon(request: pytest.FixtureRequest) -> Iterator[DaemonProc | None]:
+    """A daemon of this test's own SKYD_HOME; or, in a module that sets ``SHARED_DAEMON_ENV``,
+    the module's one daemon (``shared``). What the test left (services, managed jobs,
+    clusters) is taken down after it."""
+    if hasattr(request.module, "SHARED_DAEMON_ENV"):
+        env: Env = request.getfixturevalue("shared")
+        yield env.daemon
+        take_down_leftovers()
+        return
+    request.getfixturevalue("skyd_home")
     with running_daemon() as d:
         yield d
         take_down_leftovers()
