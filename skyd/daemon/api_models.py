@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel as _PydanticModel
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class BaseModel(_PydanticModel):
+class ApiModel(BaseModel):
     """Validators and serializers are built on first use, not when the daemon starts (most
     of these bodies are never seen by a given daemon)."""
 
     model_config = ConfigDict(defer_build=True)
 
 
-class ErrorInfo(BaseModel):
+class ErrorInfo(ApiModel):
     type: str
     message: str
     field: str | None = None
@@ -24,16 +23,16 @@ class ErrorInfo(BaseModel):
     exit_code: int = 1
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(ApiModel):
     error: ErrorInfo
 
 
-class SubmitResponse(BaseModel):
+class SubmitResponse(ApiModel):
     request_id: str
     created: bool = True  # False: a resubmit under an existing X-Skyd-Request-Id
 
 
-class RequestRecord(BaseModel):
+class RequestRecord(ApiModel):
     id: str
     verb: str
     status: str
@@ -48,13 +47,13 @@ class RequestRecord(BaseModel):
     pid: int | None = None
 
 
-class CancelResponse(BaseModel):
+class CancelResponse(ApiModel):
     request_id: str
     status: str
     cancelled: bool
 
 
-class HealthResponse(BaseModel):
+class HealthResponse(ApiModel):
     status: str
     version: str
     pid: int
@@ -65,12 +64,12 @@ class HealthResponse(BaseModel):
     shared_socket: str | None = None  # a daemon shared with a Unix group: the group's socket
 
 
-class VersionResponse(BaseModel):
+class VersionResponse(ApiModel):
     version: str
     api: str = "v1"
 
 
-class SleepBody(BaseModel):
+class SleepBody(ApiModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     # strict: a bool or a string is not a number of seconds; NaN/inf fail the bounds
     seconds: float = Field(1.0, ge=0, le=86400, strict=True, allow_inf_nan=False)
@@ -79,7 +78,7 @@ class SleepBody(BaseModel):
     fail: str | None = Field(None, description="raise a SkydError with this message at the end")
 
 
-class ValidateBody(BaseModel):
+class ValidateBody(ApiModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     yaml: str = Field(..., description="task YAML text (multi-document = chain DAG)")
     env: dict[str, str] = Field(default_factory=dict, description="--env overrides")
@@ -87,6 +86,6 @@ class ValidateBody(BaseModel):
     path: str | None = Field(None, description="file name, for messages")
 
 
-class ValidateResponse(BaseModel):
+class ValidateResponse(ApiModel):
     dag: dict[str, Any]
     warnings: list[str] = Field(default_factory=list)
