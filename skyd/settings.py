@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -65,18 +64,25 @@ _PARSERS: dict[str, Callable[[str], object]] = {
 }
 
 
-@dataclass(frozen=True)
 class Knob(Generic[T]):
     """One ``SKYD_*`` variable. ``default`` is what :meth:`get` returns when it is unset
-    (None: the reading code's own built-in, named in ``doc``)."""
+    (None: the reading code's own built-in, named in ``doc``). A plain class, not a
+    dataclass: every CLI call imports this module, and dataclasses costs it ~15 ms."""
 
-    name: str
-    kind: str
-    default: T
-    doc: str
-    group: str
-    where: str = "daemon"  # daemon | client | agent (who reads it)
-    _parse: Callable[[str], object] = field(repr=False, compare=False, default=str)
+    __slots__ = ("_parse", "default", "doc", "group", "kind", "name", "where")
+
+    def __init__(self, name: str, kind: str, default: T, doc: str, group: str,
+                 where: str = "daemon", parse: Callable[[str], object] = str) -> None:
+        self.name = name
+        self.kind = kind
+        self.default = default
+        self.doc = doc
+        self.group = group
+        self.where = where  # daemon | client | agent (who reads it)
+        self._parse = parse
+
+    def __repr__(self) -> str:
+        return f"Knob({self.name!r}, {self.kind!r}, default={self.default!r})"
 
     def raw(self) -> str | None:
         """The variable's text, or None when it is unset or empty."""

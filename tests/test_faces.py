@@ -46,6 +46,22 @@ def test_a_face_imports_nothing_until_a_name_is_used() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_every_providers_facts_and_check_import_without_the_ssh_stack() -> None:
+    """The planner asks every provider for its facts (config keys, catalog, check) on a
+    launch: that must not load asyncssh, which only a transport's first connection needs."""
+    code = ("import sys\n"
+            "from skyd.clouds.base import get_cloud, registered_clouds\n"
+            "for name in registered_clouds():\n"
+            "    get_cloud(name).provisioner()\n"
+            "print(','.join(m for m in ('asyncssh', 'skyd.transports.ssh_client') if m in sys.modules))\n"
+            "from skyd.transports.ssh import SSHTransport\n"
+            "assert 'asyncssh' not in sys.modules and SSHTransport.__name__ == 'SSHTransport'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
 def test_no_module_imports_another_modules_private_name() -> None:
     found = set()
     for path in sorted((ROOT / "skyd").rglob("*.py")):

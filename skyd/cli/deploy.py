@@ -15,7 +15,6 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from skyd.errors import InvalidSpecError, SkydError
@@ -138,7 +137,7 @@ def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | N
     bin_path = local_binary(binary)
     creds = _credential_files(credentials) if credentials else []
     remote_bin = t.remote_bin or DEFAULT_REMOTE_BIN
-    t = replace(t, remote_bin=remote_bin)
+    t = t._replace(remote_bin=remote_bin)
     rb = remote_path(remote_bin)
     sha = _sha256(bin_path)
     probe = _run(t, f"if [ -f {rb} ]; then sha256sum {rb} | cut -d' ' -f1; else echo none; fi; "
@@ -188,7 +187,7 @@ def deploy(t: Target, *, binary: str | None, upgrade: bool, credentials: str | N
     if shared_group:
         uid = _run(t, "id -u").stdout.strip()
         sock = f"/var/tmp/skyd-shared-{uid}/skyd.sock"
-        who = replace(t, user=None, remote_bin=None, remote_home=None, remote_socket=sock)
+        who = t._replace(user=None, remote_bin=None, remote_home=None, remote_socket=sock)
         out.append(f"shared with the members of group {shared_group}: each of them uses "
                    f"export SKYD_HOST={host_line(who).replace('ssh://', 'ssh://THEIR_USER@')}")
     return t

@@ -225,11 +225,22 @@ def check_capacity(task: Task) -> None:
     )
 
 
-async def _checks(store: Any | None) -> dict[str, Any]:
-    """Every provider's check result (cached in SQLite when there is a store)."""
+def checked_clouds(tasks: list[Task]) -> set[str] | None:
+    """The providers a plan of ``tasks`` asks about: when every resource entry names its
+    infra, those infras only (a task pinned to `local` never probes AWS credentials); else
+    every provider (None)."""
+    entries = [r for t in tasks for r in t.resources]
+    if not entries or any(not r.cloud for r in entries):
+        return None
+    return _pins(tasks) & set(registered_clouds())
+
+
+async def _checks(store: Any | None, tasks: list[Task]) -> dict[str, Any]:
+    """The check result of every provider a plan of ``tasks`` may use (cached in SQLite when
+    there is a store)."""
     from skyd.pipeline import cloudcheck
 
-    return await cloudcheck.checks(store)
+    return await cloudcheck.checks(store, checked_clouds(tasks))
 
 
 def _ok(checks: dict[str, Any] | None) -> set[str] | None:
@@ -303,7 +314,10 @@ def plan_dag(
     how = {c: how_to_enable(c, checks) for c in sorted(shown - launchable)}
     # Infras this build can provision but that are not set up (ssh pools, credentials):
     # what to configure, even when no catalog row of theirs shows (they have none yet).
+    asked = checked_clouds(tasks)
     for name in registered_clouds():
+        if asked is not None and name not in asked:
+            continue
         if name not in launchable and name not in how and (allowed is None or name in allowed):
             reason = how_to_enable(name, checks)
             if reason:
@@ -392,7 +406,7 @@ async def plan_task(task: Task, *, blocked: list[Block], minimize: str = "cost",
     from skyd.pipeline import plancache
     from skyd.pipeline.plan_view import format_planned
 
-    checks = await _checks(store)
+    checks = await _checks(store, [task])
     pid = plancache.plan_id(task, minimize, catalog_dir)
     why = ""
     if shown and not blocked:
@@ -426,7 +440,7 @@ async def dryrun(dag: Any, *, minimize: str = "cost", catalog_dir: str | None = 
         from skyd.pipeline.gitworkdir import require_git
 
         require_git()  # a git workdir is cloned at launch: the plan says so when it cannot be
-    checks = await _checks(store)
+    checks = await _checks(store, list(dag.tasks))
     planned = await anyio.to_thread.run_sync(
         plan_dag, list(dag.tasks), [tuple(e) for e in dag.edges], [], minimize, catalog_dir,
         checks)

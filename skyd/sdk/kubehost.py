@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 from skyd.errors import InvalidSpecError, SkydError
@@ -42,8 +41,7 @@ _DIAL = ('if [ -S "$SKYD_SOCKET" ] && command -v python3 >/dev/null 2>&1; then '
          'exec python3 -S -c "$1" "$SKYD_SOCKET"; fi; exec "${SKYD_BIN:-skyd}" daemon dial-stdio')
 
 
-@dataclass(frozen=True)
-class KubeTarget:
+class KubeTarget(NamedTuple):
     """A daemon in a Kubernetes namespace: the kubeconfig context (None: the current one),
     the namespace (None: the context's own, else ``default``) and the StatefulSet's name."""
 

@@ -22,9 +22,8 @@ import socket
 import subprocess
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from skyd import paths, settings
@@ -37,8 +36,7 @@ DEFAULT_REMOTE_BIN = "~/.local/share/skyd/bin/skyd"
 CONTROL_PERSIST_S = 600  # the shared SSH connection outlives the last command this long
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where a remote daemon is: the SSH destination and, optionally, which skyd binary and
     which SKYD_HOME to use there (one host can hold several isolated daemons)."""
 
@@ -47,7 +45,7 @@ class Target:
     port: int | None = None
     remote_bin: str | None = None
     remote_home: str | None = None
-    ssh_options: tuple[str, ...] = field(default_factory=tuple)
+    ssh_options: tuple[str, ...] = ()
     remote_socket: str | None = None  # a shared daemon's socket on the host (another user's)
 
     def url(self) -> str:
@@ -593,6 +591,6 @@ def describe(t: AnyTarget | None) -> str:
 
 
 def target_dict(t: Target) -> dict[str, Any]:
-    d = asdict(t)
+    d = t._asdict()
     d.pop("ssh_options", None)
     return d

@@ -18,7 +18,8 @@
   one is refused (``kind="hostkey"``). ``SKYD_SSH_STRICT_HOST_KEYS=1`` refuses unknown hosts
   instead of trusting them.
 
-asyncssh is imported here; import this module lazily from CLI paths.
+asyncssh is imported when a transport first connects (skyd.transports.ssh_client), not with
+this module: the providers that hold transports import without it.
 """
 
 from __future__ import annotations
@@ -30,27 +31,28 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncssh
 
 from skyd import settings
 from skyd.transports.base import AgentAddress, RunResult, Transport, command_line
 from skyd.transports.relay import RELAY, Pipe, RelayListener
 from skyd.transports.ssh_hosts import (
-    CONN_ERRORS,
     NO_FORWARDING,
-    HostKeyClient,
     SSHCommandError,
     SSHConnectError,
     SSHConnectionLost,
     SSHTarget,
+    conn_errors,
     handshake_limiter,
     is_connection_error,
     known_hosts_path,
     load_known_hosts,
 )
+
+if TYPE_CHECKING:
+    from skyd.transports.ssh_client import HostKeyClient
 
 log = logging.getLogger("skyd.transports.ssh")
 
@@ -127,6 +129,10 @@ class SSHTransport(Transport):
         )
 
     async def _connect_once(self) -> tuple[Any, HostKeyClient]:
+        import asyncssh
+
+        from skyd.transports.ssh_client import HostKeyClient
+
         t = self.target
         strict = settings.SSH_STRICT_HOST_KEYS.get()
         client = HostKeyClient(t, await anyio.to_thread.run_sync(load_known_hosts), strict)
@@ -271,14 +277,14 @@ class SSHTransport(Transport):
             conn = await self.connection()
             try:
                 proc = await conn.create_process(command, encoding="utf-8", errors="replace")
-            except CONN_ERRORS:
+            except conn_errors():
                 self._drop()
                 continue
             try:
                 with anyio.fail_after(timeout) if timeout else contextlib.nullcontext():
                     out, err = await proc.communicate(data)
                 status = proc.exit_status
-            except CONN_ERRORS as e:
+            except conn_errors() as e:
                 self._drop()
                 if idempotent and attempt < 2:
                     continue
@@ -316,6 +322,8 @@ class SSHTransport(Transport):
 
     @staticmethod
     async def _rename_over(sftp: Any, tmp: str, remote: str) -> None:
+        import asyncssh
+
         try:
             await sftp.posix_rename(tmp, remote)
         except (asyncssh.SFTPError, asyncssh.SFTPOpUnsupported):
@@ -325,6 +333,8 @@ class SSHTransport(Transport):
 
     async def write_file(self, remote: str, data: bytes, *, mode: int = 0o600) -> None:
         """Write ``data`` atomically (temp + rename) with permissions ``mode`` from creation."""
+        import asyncssh
+
         sftp = await self.sftp()
         tmp = f"{remote}.tmp-{os.getpid()}"
         attrs = asyncssh.SFTPAttrs(permissions=mode)
@@ -392,6 +402,8 @@ class SSHTransport(Transport):
         the host, means this host does not forward: the exec relay is used, and that is
         remembered for the host. An agent that does not answer by exec either is down: the
         forward is left to fail as it would anyway."""
+        import asyncssh
+
         conn = await self.connection()
         try:
             _reader, writer = await conn.open_connection(addr.host, int(addr.port))
@@ -403,7 +415,7 @@ class SSHTransport(Transport):
                 self.forwarding = False
                 NO_FORWARDING.add(self.target.key)
             return
-        except CONN_ERRORS:
+        except conn_errors():
             self._drop()
             return
         writer.close()
@@ -423,6 +435,8 @@ class SSHTransport(Transport):
         """Whether the host allows TCP forwarding (None: could not tell). Opens one
         direct-tcpip channel to the host's own 127.0.0.1:1: a policy refusal is remembered
         (agents there are reached through the relay); a refused connection means allowed."""
+        import asyncssh
+
         conn = await self.connection()
         try:
             _reader, writer = await conn.open_connection("127.0.0.1", 1)
@@ -432,7 +446,7 @@ class SSHTransport(Transport):
                 NO_FORWARDING.add(self.target.key)
                 return False
             return e.code == asyncssh.OPEN_CONNECT_FAILED or None
-        except CONN_ERRORS:
+        except conn_errors():
             return None
         writer.close()
         return True

@@ -1,28 +1,32 @@
 """SSH targets and connection plumbing shared by the SSH transport: ``SSHTarget`` (where
 and as whom), the error types, host-key checking (``~/.ssh/known_hosts`` plus skyd's own
-trust-on-first-use file), the asyncssh client that records new keys and notices a lost
-connection, and the process-wide bound on concurrent handshakes.
+trust-on-first-use file) and the process-wide bound on concurrent handshakes.
 
-asyncssh is imported here; import this module lazily from CLI paths.
+asyncssh is imported only where a key is made or read, or the connection errors are asked
+for: the providers' facts and checks import this module without it (the asyncssh client
+that records new keys is skyd.transports.ssh_client).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncssh
 
 from skyd import paths, settings
 from skyd.errors import SkydError
 from skyd.transports.base import CommandError
+
+if TYPE_CHECKING:
+    import asyncssh
 
 
 def known_hosts_path() -> Path:
@@ -33,7 +37,7 @@ def known_hosts_path() -> Path:
 # clusters (`down -a`) forget keys in worker threads at once, and a new host's key is
 # appended meanwhile; each rewrite is read-modify-write, so two at once lost one's edit (and
 # their shared temporary name made one fail with FileNotFoundError).
-_KH_LOCK = threading.Lock()
+KNOWN_HOSTS_LOCK = threading.Lock()
 
 
 _KEY_LOCK = threading.Lock()
@@ -45,6 +49,8 @@ def ensure_key(priv: Path) -> str:
     the public half (``priv`` + ``.pub``) always derived from the private key on disk, so
     two launches making the key at once never leave a private key and a public key of two
     different pairs. Blocking: call from a worker thread."""
+    import asyncssh
+
     with _KEY_LOCK:
         if not priv.exists():
             priv.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -78,7 +84,7 @@ def forget_host_keys(names: set[str]) -> None:
     if not names:
         return
     path = known_hosts_path()
-    with _KH_LOCK:
+    with KNOWN_HOSTS_LOCK:
         try:
             lines = path.read_text().splitlines(keepends=True)
         except OSError:
@@ -172,23 +178,28 @@ class SSHCommandError(CommandError):
     """A command run with ``check=True`` exited non-zero on an SSH host."""
 
 
-CONN_ERRORS: tuple[type[BaseException], ...] = (
-    asyncssh.ConnectionLost,
-    asyncssh.DisconnectError,
-    asyncssh.ChannelOpenError,
-    asyncssh.sftp.SFTPConnectionLost,
-    asyncssh.sftp.SFTPNoConnection,  # a request sent after the channel closed
-    SSHConnectionLost,
-    BrokenPipeError,
-    ConnectionResetError,
-    ConnectionAbortedError,
-    EOFError,
-)
+@functools.cache
+def conn_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the connection (not the command) failed."""
+    import asyncssh
+
+    return (
+        asyncssh.ConnectionLost,
+        asyncssh.DisconnectError,
+        asyncssh.ChannelOpenError,
+        asyncssh.sftp.SFTPConnectionLost,
+        asyncssh.sftp.SFTPNoConnection,  # a request sent after the channel closed
+        SSHConnectionLost,
+        BrokenPipeError,
+        ConnectionResetError,
+        ConnectionAbortedError,
+        EOFError,
+    )
 
 
 def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` means the SSH connection (not the command) failed."""
-    return isinstance(exc, CONN_ERRORS) or (
+    return isinstance(exc, conn_errors()) or (
         isinstance(exc, SSHConnectError) and exc.kind in ("unreachable", "timeout")
     )
 
@@ -197,6 +208,9 @@ def is_connection_error(exc: BaseException) -> bool:
 
 
 def load_known_hosts() -> asyncssh.SSHKnownHosts:
+    """Both known_hosts files, parsed. Blocking: call from a worker thread."""
+    import asyncssh
+
     chunks = []
     for p in (Path("~/.ssh/known_hosts").expanduser(), known_hosts_path()):
         try:
@@ -206,43 +220,13 @@ def load_known_hosts() -> asyncssh.SSHKnownHosts:
     return asyncssh.import_known_hosts("\n".join(chunks))
 
 
-def _kh_name(host: str, port: int) -> str:
+def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
 # Hosts (SSHTarget.key) whose sshd refused a direct-tcpip channel: their agents are reached
 # through the exec relay from then on (for this daemon's lifetime).
 NO_FORWARDING: set[str] = set()
-
-
-class HostKeyClient(asyncssh.SSHClient):
-    def __init__(self, target: SSHTarget, known: asyncssh.SSHKnownHosts, strict: bool) -> None:
-        self.target = target
-        self.known = known
-        self.strict = strict
-        self.lost = False
-        self.hostkey_problem: str | None = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-
-    def validate_host_public_key(
-        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
-    ) -> bool:
-        # Called only when the key matched nothing in known_hosts.
-        keys = self.known.match(host, addr, port if port != 22 else None)[0]
-        if keys:
-            self.hostkey_problem = "changed"
-            return False
-        if self.strict:
-            self.hostkey_problem = "unknown"
-            return False
-        line = f"{_kh_name(host, port)} {key.export_public_key('openssh').decode().strip()}\n"
-        p = known_hosts_path()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with _KH_LOCK, open(p, "a") as f:  # small append, once per new host
-            f.write(line)
-        return True
 
 
 # -- connection limiter (per event loop) --------------------------------------------------

@@ -252,3 +252,31 @@ async def test_status_refresh_runs_the_leak_pass(tc: FakeInstancesAPI, store: An
         assert tc.live("tcr-t") == [] and await cdb.get_cluster(store, "tcr") is None
     finally:
         await prov.close()
+
+
+async def test_a_task_pinned_to_its_infras_asks_only_those_providers(
+        tc: FakeInstancesAPI, store: Any) -> None:
+    """A task whose every resource entry names its infra is planned without probing any
+    other provider: `infra: local` never waits on a cloud's credential check (the cached
+    checks hold `local` alone). A task that names no infra asks every provider."""
+    from skyd.clouds.base import close_clouds
+    from skyd.models.dag import Dag
+    from skyd.models.loader import task_from_config
+    from skyd.pipeline import planner
+
+    async def checked() -> set[str]:
+        return {r["cloud"] for r in await store.fetchall("SELECT cloud FROM cloud_checks")}
+
+    try:
+        pinned = task_from_config({"resources": {"infra": "local"}, "run": "true"})
+        choices = await planner.plan_task(pinned, blocked=[], store=store)
+        assert {c.offering.cloud for c in choices} == {"local"}
+        assert await checked() == {"local"}
+        doc = await planner.dryrun(Dag([pinned]), store=store)
+        assert "testcloud" not in str(doc.get("table")) and await checked() == {"local"}
+
+        free = task_from_config({"resources": {"cpus": "1+"}, "run": "true"})
+        await planner.plan_task(free, blocked=[], store=store)
+        assert {"local", "testcloud"} <= await checked()
+    finally:
+        await close_clouds()
