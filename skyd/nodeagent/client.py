@@ -28,6 +28,7 @@ from typing import Any
 
 from grpclib.client import Channel
 from grpclib.config import Configuration
+from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import StreamTerminatedError
 
 from ..proto import skyd_agent as pb
@@ -57,9 +58,12 @@ class AgentClient:
             ssl = client_ssl(token)
         config = Configuration(ssl_target_name_override=SERVER_NAME)
         if path:
-            self._channel = Channel(path=path, ssl=ssl, config=config)
+            # An explicit codec: left to choose, grpclib imports googleapis' status protos
+            # (~25 ms) for error details no agent sends.
+            self._channel = Channel(path=path, ssl=ssl, config=config, codec=ProtoCodec())
         else:
-            self._channel = Channel(host or "127.0.0.1", int(port or 0), ssl=ssl, config=config)
+            self._channel = Channel(host or "127.0.0.1", int(port or 0), ssl=ssl, config=config,
+                                    codec=ProtoCodec())
         self._stub = pb.NodeAgentStub(self._channel, timeout=timeout)
 
     async def __aenter__(self) -> AgentClient:

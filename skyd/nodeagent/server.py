@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpclib.encoding.proto import ProtoCodec
 from grpclib.server import Server
 
 from . import VERSION, auth, events, gpu
@@ -139,7 +140,9 @@ async def serve(home: Path, listen_addr: str, tls_dir: Path | None, rank: int,
     if rank_lease_s is not None:
         agent.rank_lease_s = rank_lease_s
     agent.recover()
-    server = Server([NodeAgentService(agent)])
+    # An explicit codec: left to choose, grpclib imports googleapis' status protos (~25 ms of
+    # every start, where installed) for error details the agent never sends.
+    server = Server([NodeAgentService(agent)], codec=ProtoCodec())
     info: dict[str, Any] = {"pid": os.getpid(), "version": VERSION, "started_at": time.time(),
                             "rank": rank, "cluster": cluster}  # fmt: skip
     if listen_addr.startswith("unix:"):
@@ -155,7 +158,7 @@ async def serve(home: Path, listen_addr: str, tls_dir: Path | None, rank: int,
     side: Server | None = None
     if info["socket"] is None and socket_path != "":
         side_path = Path(socket_path) if socket_path else home / "agent.sock"
-        side = Server([NodeAgentService(agent)])
+        side = Server([NodeAgentService(agent)], codec=ProtoCodec())
         await side.start(sock=bind_unix(side_path), ssl=tls)
         info["socket"] = str(side_path)
     write_json_atomic(home / "agent.json", info)

@@ -166,3 +166,26 @@ async def test_wrong_cluster_secret_is_rejected(agents: AgentFactory) -> None:
                 await call
     async with a.client() as c:
         assert await c.job_queue() == []  # nothing was submitted
+
+
+async def test_neither_end_of_the_agents_grpc_loads_googleapis_protos(agents: AgentFactory) -> None:
+    """grpclib, left to choose its codec, loads googleapis' status protos (protobuf and its
+    upb extension, ~25 ms of every agent start and of a daemon's first call) for error
+    details skyd never sends: the agent's server and its clients name the codec."""
+    import subprocess
+    import sys
+
+    a = agents.start()
+    code = ("import asyncio, sys\n"
+            "from skyd.nodeagent.client import AgentClient\n"
+            "async def main():\n"
+            "    async with AgentClient('127.0.0.1', %d, %r) as c:\n"
+            "        assert await c.health()\n"
+            "asyncio.run(main())\n"
+            "print(sorted(m for m in sys.modules if m.startswith('google')))\n"
+            % (a.info["port"], a.token))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+    maps = Path("/proc/%d/maps" % a.info["pid"]).read_text()
+    assert "google" not in maps, "the agent loaded protobuf"
