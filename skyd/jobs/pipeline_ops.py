@@ -80,7 +80,7 @@ class PipelineClusterOps:
         self, task: TaskSpec, cluster_name: str, *, blocked: Sequence[Block], log: LogFn
     ) -> LaunchResult:
         from skyd.jobs.job_secrets import with_secrets
-        from skyd.pipeline import planner
+        from skyd.pipeline import fit, planner
         from skyd.pipeline.backend import AgentBackend
         from skyd.pipeline.jobspec import build_job_spec
         from skyd.pipeline.launch import check_local_paths
@@ -111,7 +111,7 @@ class PipelineClusterOps:
                 prov = get_cloud(handle.cloud).provisioner()
             backend = AgentBackend(prov)
             if t.workdir:
-                await backend.sync_workdir(handle, planner.workdir_path(t), log)
+                await backend.sync_workdir(handle, fit.workdir_path(t), log)
             mounts = t.local_mounts()
             if mounts:
                 await backend.sync_file_mounts(handle, mounts, log)
@@ -120,7 +120,7 @@ class PipelineClusterOps:
 
                 staging = paths.home() / "storage-staging" / ctx.request_id
                 await smounts.copy_to_nodes(prov, handle, buckets, staging, log)
-            spec = build_job_spec(t, resolved or planner.resolved_on(t, handle), with_setup=True,
+            spec = build_job_spec(t, resolved or fit.resolved_on(t, handle), with_setup=True,
                                   name=cluster_name, extra_envs=task.envs)
             job_id = await backend.execute(handle, spec)
         return LaunchResult(job_id=job_id, cloud=handle.cloud, region=handle.region,

@@ -36,7 +36,7 @@ def _ecc_prelude(gpus: int) -> str:
 def build_job_spec(task: Task, resolved: Resolved, *, with_setup: bool, name: str,
                    extra_envs: Mapping[str, str] | None = None) -> JobSpec:
     """The job the agent runs: ``resolved`` is the resources entry the cluster was planned
-    for (Placement.resolved, or skyd.pipeline.planner.resolved_on for a reused cluster);
+    for (Placement.resolved, or skyd.pipeline.fit.resolved_on for a reused cluster);
     ``extra_envs``: the caller's own variables (a managed job's ids), over the task's."""
     # Secrets travel apart from envs: the agent keeps them in a 0600 file, not in jobs.db.
     secret_values = {k: str(v) for k, v in (task.secrets or {}).items() if v is not None}

@@ -17,7 +17,7 @@ import anyio
 from skyd.clouds.base import ClusterHandle, get_cloud
 from skyd.errors import ClusterStateError, InvalidSpecError
 from skyd.pipeline import clusters_db as cdb
-from skyd.pipeline import jobwatch, planner
+from skyd.pipeline import fit, jobwatch, planner
 from skyd.pipeline.backend import AgentBackend
 from skyd.pipeline.jobspec import build_job_spec
 from skyd.pipeline.locks import cluster_lock
@@ -89,14 +89,14 @@ async def submit_and_follow(
 ) -> dict[str, Any]:
     """SETUP + EXEC: submit once (recorded in kv before reporting), then follow.
     ``resolved``: what the placement the cluster was just made for resolved to; a reused
-    cluster's is found from the cluster (planner.resolved_on)."""
+    cluster's is found from the cluster (fit.resolved_on)."""
     store = ctx.store
     prov = get_cloud(handle.cloud).provisioner()
     backend = AgentBackend(prov)
     state = await store.kv_get(kv_key, {})
     job_id = state.get("job_id")
     if job_id is None:
-        spec = build_job_spec(task, resolved or planner.resolved_on(task, handle),
+        spec = build_job_spec(task, resolved or fit.resolved_on(task, handle),
                               with_setup=with_setup, name=handle.cluster_name)
         after = state.get("submitting_after")
         if after is not None:
@@ -154,11 +154,11 @@ async def run_launch(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, A
         handle = cdb.handle_of(row) if row else None
         resolved: Resolved | None = None
         if row and handle and row["status"] == cdb.UP:
-            planner.check_fits(task, handle)
+            fit.check_fits(task, handle)
             await ctx.stage("OPTIMIZE", "skipped", reason=f"reusing cluster {name}")
             await ctx.stage("PROVISION", "skipped", reason=f"cluster {name} is UP")
         elif row and handle and row["status"] == cdb.STOPPED:
-            planner.check_fits(task, handle)
+            fit.check_fits(task, handle)
             await ctx.stage("PROVISION", "start", target=f"restart {name}")
             prov = get_cloud(handle.cloud).provisioner()
             handle = await prov.start(handle, ctx.log)
@@ -171,13 +171,13 @@ async def run_launch(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, A
             state = {**await store.kv_get(kv_key, {}), "resources_index": resolved.index}
             await store.kv_set(kv_key, state)
         if resolved is None and isinstance(state.get("resources_index"), int):
-            resolved = planner.resolved_on(task, handle, state["resources_index"])
+            resolved = fit.resolved_on(task, handle, state["resources_index"])
         prov = get_cloud(handle.cloud).provisioner()
         handle = await prov.ensure_agents(handle, ctx.log)
         backend = AgentBackend(prov)
         if task.workdir:
             await ctx.stage("SYNC_WORKDIR", "start")
-            await backend.sync_workdir(handle, planner.workdir_path(task), ctx.log)
+            await backend.sync_workdir(handle, fit.workdir_path(task), ctx.log)
             await ctx.stage("SYNC_WORKDIR", "done")
         else:
             await ctx.stage("SYNC_WORKDIR", "skipped")
@@ -257,7 +257,7 @@ async def run_exec(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, Any
             f"cluster {name!r} is {row['status']}", hint=f"`skyd start {name}` first"
         )
     task = await load_task_from_payload(payload)
-    planner.check_fits(task, handle, mounts=False)
+    fit.check_fits(task, handle, mounts=False)
     await anyio.to_thread.run_sync(check_local_paths, task)
     # A dead agent (or a stranger on its old port: the TLS handshake fails) is restarted
     # on a new port before anything is sent to it.
@@ -268,7 +268,7 @@ async def run_exec(ctx: LaunchContext, payload: dict[str, Any]) -> dict[str, Any
     backend = AgentBackend(prov)
     if task.workdir:
         await ctx.stage("SYNC_WORKDIR", "start")
-        await backend.sync_workdir(handle, planner.workdir_path(task), ctx.log)
+        await backend.sync_workdir(handle, fit.workdir_path(task), ctx.log)
         await ctx.stage("SYNC_WORKDIR", "done")
     return await submit_and_follow(
         ctx, handle, task, with_setup=False, detach=bool(payload.get("detach_run")),

@@ -55,19 +55,19 @@ def describe(e: SkydError) -> str:
 
 async def reuse_note(store: Any, name: str | None, tasks: list[Any]) -> tuple[str, SkydError | None] | None:
     """A dry run naming an existing cluster: the launch reuses it (no provisioning) when the
-    task fits it, and refuses otherwise (skyd.pipeline.planner.check_fits, as the launch
+    task fits it, and refuses otherwise (skyd.pipeline.fit.check_fits, as the launch
     does). None when there is no such cluster."""
     if not name or len(tasks) != 1:
         return None
     from skyd.pipeline import clusters_db as cdb
-    from skyd.pipeline import planner
+    from skyd.pipeline import fit
 
     row = await cdb.get_cluster(store, name)
     handle = cdb.handle_of(row) if row else None
     if row is None or handle is None or row.get("status") not in (cdb.UP, cdb.STOPPED):
         return None
     try:
-        planner.check_fits(tasks[0], handle)
+        fit.check_fits(tasks[0], handle)
     except SkydError as e:
         return str(row["status"]), e
     return str(row["status"]), None

@@ -78,3 +78,13 @@ class Block:
 
 def fmt_count(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def parse_count(s: str | None) -> tuple[float | None, bool]:
+    """A task's count as the model keeps it (``"4"``, ``"4+"``, ``"16x"``): (the number,
+    whether it is "at least"); (None, False) when unset."""
+    if s is None:
+        return None, False
+    s = str(s).strip()
+    plus = s.endswith("+")
+    return float(s.rstrip("+x")), plus

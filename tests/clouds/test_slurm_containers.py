@@ -132,7 +132,7 @@ def test_a_relaunch_on_a_slurm_container_cluster_is_checked_against_its_image() 
     from skyd.clouds.base import ClusterHandle, NodeHandle
     from skyd.errors import ClusterStateError
     from skyd.models.loader import task_from_config
-    from skyd.pipeline import planner
+    from skyd.pipeline import fit
 
     ctr = {"image": "rocm/pytorch:latest", "mounts": [], "binds": [["/h/.skyd", "/h/.skyd"]], "gpu_vendor": "amd"}
     node = NodeHandle(rank=0, instance_id="sn1", internal_ip="127.0.0.1", extra={"container": ctr})
@@ -141,13 +141,13 @@ def test_a_relaunch_on_a_slurm_container_cluster_is_checked_against_its_image() 
     def task(cfg: dict[str, Any]) -> Any:
         return task_from_config({"run": "true", **cfg})
 
-    planner.check_fits(task({"resources": {"image_id": "docker:rocm/pytorch:latest"}}), handle)
-    planner.check_fits(task({}), handle)  # no image asked: runs in the cluster's image
+    fit.check_fits(task({"resources": {"image_id": "docker:rocm/pytorch:latest"}}), handle)
+    fit.check_fits(task({}), handle)  # no image asked: runs in the cluster's image
     with pytest.raises(ClusterStateError) as ei:
-        planner.check_fits(task({"resources": {"image_id": "docker:ubuntu:22.04"}}), handle)
+        fit.check_fits(task({"resources": {"image_id": "docker:ubuntu:22.04"}}), handle)
     assert "cluster runs docker:rocm/pytorch:latest" in ei.value.message
     with pytest.raises(ClusterStateError) as ei:  # a new absolute destination the image was started without
-        planner.check_fits(task({"file_mounts": {"/data": "/tmp"}}), handle)
+        fit.check_fits(task({"file_mounts": {"/data": "/tmp"}}), handle)
     assert "file_mounts./data" in ei.value.message
 
 

@@ -93,14 +93,14 @@ def test_a_reused_cluster_runs_the_entry_it_has_room_for() -> None:
     CPUs than the nodes have, so it is not the one the cluster was planned for -- the job
     asks the second entry's CPUs, not a demand no node can meet."""
     from skyd.clouds.base import ClusterHandle
-    from skyd.pipeline import planner
+    from skyd.pipeline import fit
 
     task = _task("resources:\n  any_of:\n    - {cpus: 64}\n    - {infra: local, cpus: 1}\nrun: echo\n")
     handle = ClusterHandle(cluster_name="c", cloud="local", region="local", zone=None,
                            instance_type="local", use_spot=False, accelerators={}, num_nodes=1,
                            hourly_cost=0.0, nodes=[], token="t", cpus=2.0, memory_gib=4.0)
-    got = planner.resolved_on(task, handle)
+    got = fit.resolved_on(task, handle)
     assert got.index == 1 and got.cpus == 1.0
-    assert planner.resolved_on(task, handle, index=0).cpus == 64.0  # the recorded entry wins
+    assert fit.resolved_on(task, handle, index=0).cpus == 64.0  # the recorded entry wins
     bigger = ClusterHandle(**{**handle.__dict__, "cpus": 96.0})
-    assert planner.resolved_on(task, bigger).index == 0  # room for the first: it is served first
+    assert fit.resolved_on(task, bigger).index == 0  # room for the first: it is served first
