@@ -3,8 +3,9 @@
 Every provider whose nodes are machines it reaches through a ``Transport`` (SSH pools, VMs,
 later Kubernetes pods and Slurm allocations) runs the agent the same way:
 
-- ``agent_zipapp()``: this build's agent as a zipapp, built once per process (cached under
-  ``$SKYD_HOME/ssh``; concurrent callers share one build);
+- ``agent_zipapp()``: this build's agent as a zipapp (with bytecode; docs/nodeagent.md),
+  built once per process (kept under ``$SKYD_HOME/ssh``; concurrent callers share one build;
+  the archive itself is cached per install under the cache directory);
 - ``start``: upload the zipapp once per version (``<base>/agent-<sha>.pyz``), write fresh
   agent credentials (TLS key and certificates, 0600; docs/nodeagent.md "Authentication"),
   start the agent detached in its own session
@@ -80,8 +81,8 @@ async def agent_zipapp() -> tuple[Path, str]:
         # Nodes with Python 3.8-3.10 run the older dependency set the zipapp also carries.
         compat = await anyio.to_thread.run_sync(ensure_compat_deps, paths.cache_dir())
 
-        def build() -> str:
-            return build_zipapp(tmp, compat_dir=compat)
+        def build() -> str:  # compiled once per install and version, then from the cache
+            return build_zipapp(tmp, compat_dir=compat, cache_dir=paths.cache_dir())
 
         sha = await anyio.to_thread.run_sync(build)
         final = d / f"agent-{sha}.pyz"

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,46 @@ def test_zipapp_build_and_start(tmp_path: Path) -> None:
             os.kill(info["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+_COUNT_COMPILES = """import sys
+zipped = []
+sys.addaudithook(lambda ev, args: ev == "compile" and sys.argv[1] in str(args[1])
+                 and zipped.append(args[1]))
+sys.path.insert(0, sys.argv[1])
+import skyd.nodeagent.server, grpclib.server, betterproto, h2.connection
+print(len(zipped), skyd.nodeagent.server.__file__)
+"""
+
+
+def test_zipapp_carries_bytecode_so_an_agent_compiles_nothing(tmp_path: Path) -> None:
+    """The archive holds this Python's bytecode beside each source: an agent on a node with
+    the same Python imports without compiling. The bytecode is the same at every build (the
+    sha256 is the version), and a finished archive is reused from the cache."""
+    cache = tmp_path / "cache"
+    first = build_zipapp(tmp_path / "a.pyz", cache_dir=cache)
+    assert len(list((cache / "agent-zipapp").glob("*.pyz"))) == 1
+    assert build_zipapp(tmp_path / "b.pyz", cache_dir=cache) == first  # from the cache
+    assert build_zipapp(tmp_path / "c.pyz") == first  # compiled afresh: the same bytes
+    names = set(zipfile.ZipFile(tmp_path / "c.pyz").namelist())
+    assert {"skyd/nodeagent/server.py", "skyd/nodeagent/server.pyc",
+            "grpclib/__init__.py", "grpclib/__init__.pyc"} <= names  # fmt: skip
+    for pyz in ("a.pyz", "c.pyz"):
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", _COUNT_COMPILES,
+                              str(tmp_path / pyz)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        compiled, origin = out.stdout.split()
+        assert compiled == "0" and origin.endswith("server.pyc")
+    # Without the bytecode (what an older build shipped), the same imports compile each module.
+    bare = tmp_path / "bare.pyz"
+    with zipfile.ZipFile(tmp_path / "c.pyz") as src, zipfile.ZipFile(bare, "w") as dst:
+        for info in src.infolist():
+            if not info.filename.endswith(".pyc"):
+                dst.writestr(info, src.read(info))
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", _COUNT_COMPILES, str(bare)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[0]) > 20
 
 
 def _old_pythons() -> list[str]:
