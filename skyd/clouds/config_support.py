@@ -47,17 +47,20 @@ def _covered(path: tuple[str, ...], keys: frozenset[str]) -> bool:
 
 
 def unsupported(cfg: Any) -> list[str]:
-    """Dotted keys set (non-null) in ``cfg`` that skyd does not act on, sorted."""
+    """Dotted keys set (non-null) in ``cfg`` that skyd does not act on, sorted. Providers
+    are loaded (to ask for their keys) only for a key the core does not cover: an empty or
+    core-only config, the common case, costs no provider imports."""
     from skyd.config.layers import leaf_paths
-    from skyd.config.schema import SKYD_ONLY
 
-    keys = honoured_keys() | SKYD_ONLY
-    out = []
-    for p in leaf_paths(cfg.data):
-        if cfg.get(*p) is None or _covered(p, keys):
-            continue
-        out.append(".".join(p))
-    return sorted(out)
+    rest = [p for p in leaf_paths(cfg.data) if cfg.get(*p) is not None and not _covered(p, CORE_KEYS)]
+    if rest:
+        from skyd.config.schema import SKYD_ONLY
+
+        rest = [p for p in rest if not _covered(p, SKYD_ONLY)]
+    if rest:
+        keys = honoured_keys()
+        rest = [p for p in rest if not _covered(p, keys)]
+    return sorted(".".join(p) for p in rest)
 
 
 #: Values of honoured keys that skyd does not offer: (key path, value) -> what happens.

@@ -110,6 +110,40 @@ def test_the_documented_config_loads_and_only_what_skyd_ignores_is_reported(
     assert len(lines) == 1 and "ingress" in lines[0] and "user.yaml:2" in lines[0]
 
 
+_PROVIDERS_LOADED = """import sys
+from skyd import config
+from skyd.config.layers import Sources
+from skyd.clouds.config_support import warning_lines
+print(warning_lines(config.load(Sources(None, sys.argv[1], None, (), sys.argv[2]))))
+print(sorted(m for m in sys.modules if m.startswith("skyd.clouds.") and m.endswith(".cloud")))
+"""
+
+
+@pytest.mark.parametrize("text,loaded", [
+    ("", False),  # no config: nothing to check, no provider loaded
+    ("allowed_clouds: [local]\ndocker:\n  run_options: [--shm-size=2g]\n", False),  # core keys
+    ("aws:\n  vpc_name: v\n", True),  # a provider's key: the providers say what they honour
+    ("azure:\n  resource_group_vm: g\n", True),
+])  # fmt: skip
+def test_checking_a_config_loads_providers_only_for_a_key_the_core_does_not_cover(
+        skyd_home: Path, tmp_path: Path, text: str, loaded: bool) -> None:
+    """Every request checks the user's config for keys skyd ignores; that must not import
+    every provider when the config has no provider key (most configs, every local launch)."""
+    import subprocess
+    import sys
+
+    user = _write(tmp_path / "user.yaml", text)
+    out = subprocess.run([sys.executable, "-c", _PROVIDERS_LOADED, str(user), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    warned, modules = out.stdout.splitlines()
+    assert ("azure.resource_group_vm" in warned) == text.startswith("azure")
+    assert ("warning" in warned) == text.startswith("azure")
+    assert (modules != "[]") == loaded, modules
+    if loaded:
+        assert "skyd.clouds.aws.cloud" in modules
+
+
 @pytest.mark.parametrize("text,key,line", [
     ("aws:\n  use_internal_ips: maybe\n", "aws.use_internal_ips", 2),
     ("kubernetes:\n  provision_timeout: soon\n", "kubernetes.provision_timeout", 2),
