@@ -69,6 +69,8 @@ if sys.version_info < (3, 11):
                  "this node has %d.%d; rebuild the agent with network access to PyPI (it then "
                  "adds a Python 3.8 set) or install Python >= 3.11 as python3" % sys.version_info[:2])
     sys.path.insert(0, os.path.join(sys.path[0], "_py38"))
+from skyd.proto import seed_betterproto_version
+seed_betterproto_version("@BETTERPROTO_PY38@" if sys.version_info < (3, 11) else "@BETTERPROTO@")
 from skyd.nodeagent.__main__ import main
 main()
 """
@@ -107,14 +109,17 @@ def _collect(root: Path, arc_prefix: str, out: dict[str, bytes]) -> None:
                 out[str(Path(arc_prefix) / rel / fn)] = (Path(dirpath) / fn).read_bytes()
 
 
-def _add_deps(files: dict[str, bytes], dirs: Sequence[str], prefix: str) -> None:
+def _add_deps(files: dict[str, bytes], dirs: Sequence[str], prefix: str) -> dict[str, str]:
+    """Pack the deps under ``prefix``; return each distribution's version."""
+    versions = {}
     for name, dist in DEPS.items():
         root = _module_root(name, dirs)
         _collect(root, prefix + (name if root.is_dir() else root.name), files)
-        version = _dist_version(dist, root.parent)
+        version = versions[dist] = _dist_version(dist, root.parent)
         files[f"{prefix}{dist}-{version}.dist-info/METADATA"] = (
             f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
         ).encode()
+    return versions
 
 
 def _bytecode(files: dict[str, bytes]) -> dict[str, bytes]:
@@ -182,17 +187,20 @@ def build_zipapp(out_path: Path, *, deps_dirs: Sequence[str] | None = None,
     if env_dir is not None:
         dirs.append(str(env_dir))
     pkg = Path(__file__).resolve().parent
-    files: dict[str, bytes] = {"__main__.py": MAIN.encode(), "skyd/__init__.py": SKYD_INIT.encode()}
+    files: dict[str, bytes] = {"skyd/__init__.py": SKYD_INIT.encode()}
     _collect(pkg, "skyd/nodeagent", files)
     _collect(pkg.parent / "proto", "skyd/proto", files)
-    _add_deps(files, dirs, "")
+    main = MAIN.replace("@BETTERPROTO@", _add_deps(files, dirs, "")["betterproto"])
     if compat_dir is not None:
         # Only from compat_dir: never fall back to this interpreter's (too new) releases.
         for name in DEPS:
             if not any((Path(compat_dir) / c).exists() for c in (name, name + ".py")):
                 raise RuntimeError(f"{compat_dir} lacks {name}: fetch the compat set again")
-        _add_deps(files, [str(compat_dir)], "_py38/")
+        old = _add_deps(files, [str(compat_dir)], "_py38/")
+        main = main.replace("@BETTERPROTO_PY38@", old["betterproto"])
         files["_py38/COMPAT"] = b"dependencies for Python 3.8 and 3.9\n"
+    # (the version betterproto would otherwise look up with importlib.metadata: skyd/proto)
+    files["__main__.py"] = main.encode()
     key = _inputs_key(files, interpreter)
     data = _cached(cache_dir, key)
     if data is None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import shutil
@@ -199,6 +200,16 @@ def test_zipapp_carries_bytecode_so_an_agent_compiles_nothing(tmp_path: Path) ->
         assert out.returncode == 0, out.stderr
         compiled, origin = out.stdout.split()
         assert compiled == "0" and origin.endswith("server.pyc")
+    # Nor does it load importlib.metadata (betterproto's own version lookup): the archive's
+    # __main__ puts the version it packed in place first.
+    probe = ("import sys, zipfile; sys.path.insert(0, sys.argv[1]); "
+             "main = zipfile.ZipFile(sys.argv[1]).read('__main__.py').decode(); "
+             "exec(main.replace('main()', 'import skyd.nodeagent.server, betterproto')); "
+             "print(betterproto.__version__, 'importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(tmp_path / "c.pyz")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [importlib.metadata.version("betterproto"), "False"]
     # Without the bytecode (what an older build shipped), the same imports compile each module.
     bare = tmp_path / "bare.pyz"
     with zipfile.ZipFile(tmp_path / "c.pyz") as src, zipfile.ZipFile(bare, "w") as dst:
