@@ -70,6 +70,7 @@ class Agent:
     def set_autostop(self, idle_minutes: float, down: bool) -> None:
         self.queue.set_meta("autostop", {"idle_minutes": float(idle_minutes), "down": bool(down)})
         self.touch()
+        self.wake.set()  # a quiet event loop recomputes when autostop is due
 
     def counts(self) -> dict[str, int]:
         active = self.queue.with_status([jq.PENDING, jq.SETTING_UP, jq.RUNNING, jq.INIT])
@@ -80,6 +81,12 @@ class Agent:
         """No job running or waiting: the only state in which autostop may fire."""
         c = self.counts()
         return not (c["running"] or c["pending"])
+
+    def is_quiet(self) -> bool:
+        """Idle, and no job driver, cancellation or worker rank left: nothing for the event
+        loop to do until a wake, the heartbeat or autostop."""
+        return (self.is_idle() and not self.drivers and not self.cancelling
+                and not self.queue.running_ranks())  # fmt: skip
 
     def idle_seconds(self) -> float:
         c = self.counts()

@@ -32,7 +32,8 @@ async def run_autostop_action(agent: Agent, down: bool) -> None:
 
 
 async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0) -> None:
-    """Runs until cancelled. Wakes on agent.wake (submit, job end) or every tick_s."""
+    """Runs until cancelled. Wakes on agent.wake (submit, job end, autostop set) or every
+    tick_s; on a quiet node (``Agent.is_quiet``) only when the heartbeat or autostop is due."""
     next_beat = 0.0
     heartbeat = agent.home / "heartbeat"
     guard = DiskGuard(agent)
@@ -62,7 +63,15 @@ async def event_loop(agent: Agent, tick_s: float = 2.0, heartbeat_s: float = 5.0
             await run_autostop_action(agent, bool(auto["down"]))
             continue
         agent.wake.clear()
+        wait = min(tick_s, 1.0)
+        if not guard.cut and agent.is_quiet():
+            # Nothing queued, running or capped: what is due next is the heartbeat or
+            # autostop (a submit, a job's end and a new autostop setting wake the loop).
+            until = next_beat
+            if auto["idle_minutes"] >= 0:
+                until = min(until, agent.last_activity + auto["idle_minutes"] * 60)
+            wait = max(wait, until - time.time())
         try:
-            await asyncio.wait_for(agent.wake.wait(), timeout=min(tick_s, 1.0))
+            await asyncio.wait_for(agent.wake.wait(), timeout=wait)
         except asyncio.TimeoutError:
             pass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,18 +22,34 @@ async def agent(prov: Provisioner, handle: ClusterHandle, rank: int = 0) -> Asyn
         yield client
 
 
-async def agent_healthy(prov: Provisioner, handle: ClusterHandle, timeout: float = 3.0) -> bool:
-    """True when every node's agent answers Health."""
+HEAD_TIMEOUT_S = 30.0
+
+
+async def agent_healthy(prov: Provisioner, handle: ClusterHandle, timeout: float = 3.0,
+                        head: Callable[[Any], Awaitable[Any]] | None = None) -> bool:
+    """True when every node's agent answers Health. ``head``, if given, is then called with
+    the head's client on the same connection (one TLS handshake less per refresh); it is
+    best effort: what it raises is dropped and does not make the cluster unhealthy."""
     ok = True
 
     async def one(rank: int) -> None:
         nonlocal ok
+        healthy = None
         try:
-            with anyio.fail_after(timeout):
+            # Connecting and Health within `timeout`; then the head's call with a bound of
+            # its own (a slow answer there is not an unhealthy agent).
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 async with agent(prov, handle, rank) as c:
-                    if not await c.health():
-                        ok = False
+                    healthy = await c.health()
+                    if healthy and rank == 0 and head is not None:
+                        scope.deadline = anyio.current_time() + max(timeout, HEAD_TIMEOUT_S)
+                        try:
+                            await head(c)
+                        except Exception:  # noqa: BLE001, S110 - best effort (docstring)
+                            pass
         except Exception:  # noqa: BLE001 - any failure means unhealthy
+            healthy = False if healthy is None else healthy
+        if not healthy:
             ok = False
 
     async with anyio.create_task_group() as tg:

@@ -285,19 +285,24 @@ async def refresh_cluster(store: Any, name: str, *, repair: bool) -> dict[str, A
             await cdb.set_status(store, name, cdb.STOPPED, "autostopped")
         return await cdb.get_cluster(store, name)
     if all(s == NODE_RUNNING for s in states):
+        queue: list[list[dict[str, Any]]] = []
+
+        async def head_queue(c: Any) -> None:  # on the head's Health connection
+            queue.append(await c.job_queue())
+
         try:
             if repair:  # only `status -r` restarts agents; the refresher only looks
                 handle = await prov.ensure_agents(handle, _noop)
-            healthy = await agent_healthy(prov, handle)
+            healthy = await agent_healthy(prov, handle, head=head_queue)
         except Exception:  # noqa: BLE001 - an agent that cannot be reached is unhealthy
             healthy = False
         if healthy:
             await cdb.save_handle(store, handle, cdb.UP)
-            try:
-                async with agent(prov, handle) as c:
-                    await cdb.upsert_jobs(store, name, await c.job_queue())
-            except Exception:  # noqa: BLE001 - the mirror is best effort
-                pass
+            if queue:
+                try:
+                    await cdb.upsert_jobs(store, name, queue[0])
+                except Exception:  # noqa: BLE001, S110 - the mirror is best effort
+                    pass
             return await cdb.get_cluster(store, name)
     if repair and row["status"] != cdb.STOPPED:
         try:
