@@ -114,6 +114,19 @@ async def test_autostop_local_stop(agents: AgentFactory) -> None:
     assert not (a.home / "agent.json").exists()
 
 
+async def test_a_quiet_agent_sleeps_past_ticks_but_autostops_on_time(agents: AgentFactory) -> None:
+    """An idle agent wakes for its heartbeat and autostop, not every tick: setting autostop
+    wakes it, so autostop still fires at its deadline and not at the next heartbeat (30 s)."""
+    a = agents.start(args=["--tick", "1", "--heartbeat-interval", "30"])
+    async with a.client() as c:
+        job = await c.submit_job({"run": "true"})
+        await wait_status(c, job, "SUCCEEDED")  # quiet from here on
+        await asyncio.sleep(1.5)
+        await c.set_autostop(0.01, down=False)  # 0.6 s
+    assert wait_gone(a.info["pid"], timeout=15)
+    assert json.loads((a.home / "stopped.json").read_text())["down"] is False
+
+
 async def test_autostop_command_waits_for_jobs(agents: AgentFactory, tmp_path: Path) -> None:
     flag = tmp_path / "stopped-by-command"
     a = agents.start(args=["--autostop-action", f"command:echo $SKYD_AUTOSTOP_DOWN > {flag}"])
