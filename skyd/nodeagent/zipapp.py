@@ -90,11 +90,9 @@ def _module_root(name: str, deps_dirs: Sequence[str]) -> Path:
 
 
 def _dist_version(dist: str, site: Path) -> str:
-    for info in sorted(site.glob("*.dist-info")):
-        name, _, version = info.name[: -len(".dist-info")].partition("-")
-        if name.lower().replace("-", "_") == dist.lower():
-            return version
-    return importlib.metadata.version(dist)
+    from skyd.proto import dist_info_version
+
+    return dist_info_version(dist, str(site)) or importlib.metadata.version(dist)
 
 
 def _collect(root: Path, arc_prefix: str, out: dict[str, bytes]) -> None:

@@ -3,7 +3,7 @@
 
 betterproto asks ``importlib.metadata`` for its own version when it is imported
 (``betterproto/_version.py``): importing that machinery and scanning ``sys.path`` for the
-distribution is ~40 ms of a node agent's ~0.3 s start, for a string skyd never reads. So
+distribution is ~30 ms of importing the agent's server, for a string skyd never reads. So
 before ``skyd_agent`` imports betterproto, its version is put in place from the name of the
 dist-info directory beside the package (an installed betterproto always has one). Where
 there is none to list (the agent zipapp: its ``__main__`` puts the version it packed in
@@ -28,19 +28,26 @@ def seed_betterproto_version(version: str) -> None:
         sys.modules["betterproto._version"] = mod
 
 
-def _installed_betterproto_version() -> str | None:
-    spec = importlib.util.find_spec("betterproto")  # finds, imports nothing
-    if spec is None or not spec.origin:
-        return None
-    site = os.path.dirname(os.path.dirname(spec.origin))
+def dist_info_version(dist: str, site: str) -> str | None:
+    """The version of distribution ``dist`` from the name of its ``<name>-<version>.dist-info``
+    directory in ``site`` (names compared as pip normalises them), or None."""
     try:
         names = os.listdir(site)
     except OSError:  # not a directory (inside a zip)
         return None
-    for name in sorted(names):
-        if name.startswith("betterproto-") and name.endswith(".dist-info"):
-            return name[len("betterproto-"):-len(".dist-info")]
+    for entry in sorted(names):
+        if entry.endswith(".dist-info"):
+            name, _, version = entry[: -len(".dist-info")].partition("-")
+            if name.lower().replace("-", "_") == dist.lower():
+                return version
     return None
+
+
+def _installed_betterproto_version() -> str | None:
+    spec = importlib.util.find_spec("betterproto")  # finds, imports nothing
+    if spec is None or not spec.origin:
+        return None
+    return dist_info_version("betterproto", os.path.dirname(os.path.dirname(spec.origin)))
 
 
 if "betterproto" not in sys.modules:
