@@ -32,6 +32,7 @@ def _changed(topic: str, data: dict[str, Any]) -> None:
     if _publish is not None:
         _publish(topic, data)
 TERMINAL_JOB = {"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED"}
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(TERMINAL_JOB))  # constants, not input
 
 
 def _row(r: Any) -> dict[str, Any]:
@@ -225,7 +226,9 @@ async def remove_cluster(store: Any, name: str) -> None:
 
 
 async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> None:
-    """Mirror the agent's job queue rows into cluster_jobs."""
+    """Mirror the agent's job queue rows into cluster_jobs. A snapshot read earlier (the
+    refresher's, racing a `queue` that read later) never moves a job back: a row that is
+    already terminal is not overwritten by a non-terminal one (job ids are never reused)."""
     if not jobs:
         return
     async with store.tx() as db:
@@ -236,7 +239,9 @@ async def upsert_jobs(store: Any, cluster: str, jobs: list[dict[str, Any]]) -> N
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(cluster, job_id) DO UPDATE SET name = excluded.name,"
                 " status = excluded.status, started_at = excluded.started_at,"
-                " ended_at = excluded.ended_at, exit_code = excluded.exit_code",
+                " ended_at = excluded.ended_at, exit_code = excluded.exit_code"
+                f" WHERE cluster_jobs.status NOT IN ({_TERMINAL_SQL})"
+                f" OR excluded.status IN ({_TERMINAL_SQL})",
                 (
                     cluster,
                     int(j["job_id"]),

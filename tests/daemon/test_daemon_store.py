@@ -99,3 +99,28 @@ async def test_a_write_cancelled_at_any_point_leaves_the_store_writable(tmp_path
         assert len(rows) == 40
     finally:
         await st.close()
+
+
+@pytest.mark.anyio
+async def test_a_stale_queue_snapshot_never_moves_a_mirrored_job_back(tmp_path: Path) -> None:
+    """The refresher reads a cluster's queue, then saves it; a `queue` read in between may
+    already have saved the job's end. The earlier snapshot must not undo it."""
+    from skyd.pipeline import clusters_db as cdb
+
+    st = Store(tmp_path / "state.db")
+    await st.open()
+    try:
+        running = {"job_id": 2, "status": "RUNNING", "started_at": 1.0, "ended_at": None}
+        ended = {"job_id": 2, "status": "SUCCEEDED", "started_at": 1.0, "ended_at": 2.0,
+                 "exit_code": 0}
+        await cdb.upsert_jobs(st, "c", [running])
+        await cdb.upsert_jobs(st, "c", [ended])
+        await cdb.upsert_jobs(st, "c", [running])  # the stale snapshot, saved last
+        row = await st.fetchone("SELECT status, ended_at, exit_code FROM cluster_jobs"
+                                " WHERE cluster = 'c' AND job_id = 2")
+        assert row == {"status": "SUCCEEDED", "ended_at": 2.0, "exit_code": 0}
+        await cdb.upsert_jobs(st, "c", [{**ended, "status": "FAILED", "exit_code": 1}])
+        row = await st.fetchone("SELECT status FROM cluster_jobs WHERE job_id = 2")
+        assert row == {"status": "FAILED"}  # a terminal row still takes a terminal update
+    finally:
+        await st.close()
