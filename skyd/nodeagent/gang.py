@@ -82,8 +82,14 @@ def make_ranks(ex: Executor, job: dict[str, Any], tls: ssl.SSLContext | None) ->
 
 async def _run_phase(ranks: list[Any], phase: str) -> tuple[bool, int | None, str]:
     """Start the phase on all ranks, wait; (ok, exit_code, reason). Stops at the first failure."""
+    async def start(r: Any) -> None:
+        try:
+            await r.start(phase)
+        except Exception as e:
+            raise RuntimeError("rank %d: %s" % (r.rank, e)) from e  # which node failed
+
     try:
-        await asyncio.gather(*(r.start(phase) for r in ranks))
+        await asyncio.gather(*(start(r) for r in ranks))
     except Exception as e:
         return False, None, f"could not start {phase} on every node: {e}"
     waits = {asyncio.ensure_future(r.wait(phase)): r for r in ranks}
