@@ -412,12 +412,11 @@ def test_kubernetes_keys_reach_the_pods(skyd_home: Path, tmp_path: Path) -> None
 
 def subprocess_cli(args: list[str], env: dict[str, str], cwd: Path) -> Any:
     import os
-    import subprocess
 
+    from tests.support import clifork
     from tests.support.daemon import SKYD_BIN
 
-    return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd, env={**os.environ, **env})
+    return clifork.run([str(SKYD_BIN), *args], {**os.environ, **env}, timeout=180, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 
 from tests.fakes.sshd import RealSSHD, real_sshd, unavailable_reason
 from tests.fakes.unixnames import per_worker
+from tests.support import clifork
 from tests.support.daemon import SKYD_BIN
 
 pytestmark = [
@@ -50,8 +51,7 @@ class Remote:
                 f"?bin={self.wrapper}&home={self.home}")
 
     def cli(self, *args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(SKYD_BIN), *args], capture_output=True, text=True,
-                              timeout=timeout, env={**self.env, **env}, stdin=subprocess.DEVNULL)
+        return clifork.run([str(SKYD_BIN), *args], {**self.env, **env}, timeout=timeout)
 
     def ok(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         r = self.cli(*args, **kw)  # type: ignore[arg-type]

@@ -94,11 +94,12 @@ def running_daemon(**env: str) -> Iterator[DaemonProc]:
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
         input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real ``skyd`` console script."""
-    return subprocess.run(
-        [str(SKYD_BIN), *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, input=input,
-    )
+    """Run the real ``skyd`` console script (forked from tests/support/clifork.py's server,
+    which has imported the CLI already)."""
+    from tests.support import clifork
+
+    return clifork.run([str(SKYD_BIN), *args], {**os.environ, **(env or {})}, timeout=timeout,
+                       input=input)
 
 
 def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:

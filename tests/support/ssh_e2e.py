@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -52,9 +53,15 @@ class Result:
 
 async def cli(*args: str, timeout: float = 90.0) -> Result:
     """Run the real ``skyd`` console script without blocking the loop."""
-    with anyio.fail_after(timeout):
-        p = await anyio.run_process([str(SKYD_BIN), *args], check=False, env=dict(os.environ))
-    return Result(p.returncode, p.stdout.decode(), p.stderr.decode())
+    from tests.support import clifork
+
+    env = dict(os.environ)
+    try:
+        p = await anyio.to_thread.run_sync(
+            lambda: clifork.run([str(SKYD_BIN), *args], env, timeout=timeout))
+    except subprocess.TimeoutExpired as e:
+        raise TimeoutError(f"skyd {' '.join(args)}: no exit in {timeout} s") from e
+    return Result(p.returncode, p.stdout, p.stderr)
 
 
 def cluster_row(rows: Any, name: str) -> dict[str, Any]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,8 +51,11 @@ def seed_db(clusters: list[dict[str, Any]] = (), managed: int = 0) -> Path:  # t
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "skyd.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+    from tests.support import clifork
+    from tests.support.daemon import SKYD_BIN
+
+    return clifork.run([str(SKYD_BIN), *args],
+                       dict(os.environ) if env is None else env, timeout=timeout)
 
 
 def start_daemon() -> None:

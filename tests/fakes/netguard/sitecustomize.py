@@ -93,7 +93,8 @@ def _census(path: str) -> None:
         argv = " ".join(sys.argv[:3])[:200].replace("\t", " ").replace("\n", " ")
         try:
             with open(path, "a") as f:
-                f.write(f"{t.user + t.system:.3f}\t{t.children_user + t.children_system:.3f}\t{argv}\n")
+                f.write(f"{t.user + t.system:.3f}\t{t.children_user + t.children_system:.3f}\t{argv}"
+                        f"\t{os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}\n")
         except OSError:
             pass
 
