@@ -413,10 +413,10 @@ def test_kubernetes_keys_reach_the_pods(skyd_home: Path, tmp_path: Path) -> None
 def subprocess_cli(args: list[str], env: dict[str, str], cwd: Path) -> Any:
     import os
 
-    from tests.support import clifork
+    from tests.support import forkserver
     from tests.support.daemon import SKYD_BIN
 
-    return clifork.run([str(SKYD_BIN), *args], {**os.environ, **env}, timeout=180, cwd=cwd)
+    return forkserver.run([str(SKYD_BIN), *args], {**os.environ, **env}, timeout=180, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.kubeapi import FakeKube, gpu_node
-from tests.support import clifork
+from tests.support import forkserver
 from tests.support.daemon import SKYD_BIN, guarded_pythonpath
 
 NS = "skyd-ns"
@@ -35,7 +35,7 @@ class Kube:
         return self.fake.root / "volumes" / NS / "skyd-home"
 
     def cli(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-        return clifork.run([str(SKYD_BIN), *args], {**self.env, **env}, timeout=timeout)
+        return forkserver.run([str(SKYD_BIN), *args], {**self.env, **env}, timeout=timeout)
 
     def ok(self, *args: str, **kw: str) -> subprocess.CompletedProcess[str]:
         r = self.cli(*args, **kw)  # type: ignore[arg-type]

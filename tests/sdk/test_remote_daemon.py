@@ -21,7 +21,7 @@ import pytest
 
 from tests.fakes.sshd import RealSSHD, real_sshd, unavailable_reason
 from tests.fakes.unixnames import per_worker
-from tests.support import clifork
+from tests.support import forkserver
 from tests.support.daemon import SKYD_BIN
 
 pytestmark = [
@@ -51,7 +51,7 @@ class Remote:
                 f"?bin={self.wrapper}&home={self.home}")
 
     def cli(self, *args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
-        return clifork.run([str(SKYD_BIN), *args], {**self.env, **env}, timeout=timeout)
+        return forkserver.run([str(SKYD_BIN), *args], {**self.env, **env}, timeout=timeout)
 
     def ok(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         r = self.cli(*args, **kw)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ import pytest
 from tests.fakes.sshd import RealSSHD, ensure_user, real_sshd, unavailable_reason
 from tests.fakes.unixnames import per_worker
 from tests.sdk.test_remote_daemon import SHARED_TMP, _user_dir, _wrapper
-from tests.support import clifork
+from tests.support import forkserver
 from tests.support.daemon import SKYD_BIN
 
 pytestmark = [pytest.mark.anyio]
@@ -77,7 +77,7 @@ class Host:
     def cli(self, user: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """The real `skyd` CLI on the user's laptop, talking to the shared daemon over the
         user's own SSH login."""
-        return clifork.run([str(SKYD_BIN), *args], self.logins[user][1], timeout=timeout)
+        return forkserver.run([str(SKYD_BIN), *args], self.logins[user][1], timeout=timeout)
 
     def ok(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
         r = self.cli(user, *args)

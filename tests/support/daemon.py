@@ -11,7 +11,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.support import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,13 +43,19 @@ def answers(path: str) -> bool:
 class DaemonProc:
     def __init__(self, **env: str) -> None:
         self.env = {**os.environ, "PYTHONPATH": guarded_pythonpath(), **env}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.Forked | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProc:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "skyd.daemon"], env=self.env, cwd=str(REPO),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
+        from tests.support import forkserver
+
+        # forked from a server that has imported the daemon (tests/support/forkserver.py),
+        # or a fresh process where the environment needs one
+        self.proc = forkserver.spawn_daemon(self.env, str(REPO), subprocess.PIPE)
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "skyd.daemon"], env=self.env, cwd=str(REPO),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if answers(sock_path()):
@@ -94,11 +103,11 @@ def running_daemon(**env: str) -> Iterator[DaemonProc]:
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
         input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real ``skyd`` console script (forked from tests/support/clifork.py's server,
+    """Run the real ``skyd`` console script (forked from tests/support/forkserver.py's server,
     which has imported the CLI already)."""
-    from tests.support import clifork
+    from tests.support import forkserver
 
-    return clifork.run([str(SKYD_BIN), *args], {**os.environ, **(env or {})}, timeout=timeout,
+    return forkserver.run([str(SKYD_BIN), *args], {**os.environ, **(env or {})}, timeout=timeout,
                        input=input)
 
 

@@ -53,12 +53,12 @@ class Result:
 
 async def cli(*args: str, timeout: float = 90.0) -> Result:
     """Run the real ``skyd`` console script without blocking the loop."""
-    from tests.support import clifork
+    from tests.support import forkserver
 
     env = dict(os.environ)
     try:
         p = await anyio.to_thread.run_sync(
-            lambda: clifork.run([str(SKYD_BIN), *args], env, timeout=timeout))
+            lambda: forkserver.run([str(SKYD_BIN), *args], env, timeout=timeout))
     except subprocess.TimeoutExpired as e:
         raise TimeoutError(f"skyd {' '.join(args)}: no exit in {timeout} s") from e
     return Result(p.returncode, p.stdout, p.stderr)

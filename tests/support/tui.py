@@ -51,10 +51,10 @@ def seed_db(clusters: list[dict[str, Any]] = (), managed: int = 0) -> Path:  # t
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    from tests.support import clifork
+    from tests.support import forkserver
     from tests.support.daemon import SKYD_BIN
 
-    return clifork.run([str(SKYD_BIN), *args],
+    return forkserver.run([str(SKYD_BIN), *args],
                        dict(os.environ) if env is None else env, timeout=timeout)
 
 
