@@ -348,6 +348,11 @@ LOG_LOW_WATER: Knob[int] = _knob(
     "Free bytes under which running jobs' logs are cut back.", G, "agent")
 LOG_KEEP: Knob[int] = _knob(
     "SKYD_LOG_KEEP", "int", 256 << 10, "Bytes of run output a cut-back log keeps.", G, "agent")
+RANK_LEASE_S: Knob[float] = _knob(
+    "SKYD_RANK_LEASE_S", "float", 30.0,
+    "Seconds the ranks of a multi-node job go on without word from each other: the head "
+    "gives up on a worker it cannot reach, a worker ends ranks its head stopped asking about.",
+    G, "agent")
 del G
 
 #: Variables skyd sets for the programs it runs (jobs, node agents, scripts): not knobs.

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import forkserver
-from tests.support.daemon import REPO, SKYD_BIN, DaemonProc, answers, sock_path, wait_for
+from tests.support.daemon import (
+    REPO,
+    SKYD_BIN,
+    DaemonProc,
+    answers,
+    running_daemon,
+    sock_path,
+    wait_for,
+)
 
 TASK = "name: t\nenvs:\n  GREETING: none\nrun: echo $GREETING\n"
 
@@ -85,3 +93,17 @@ def test_a_forked_call_past_its_timeout_is_killed(skyd_home: Path, tmp_path: Pat
             forkserver.run([str(SKYD_BIN), "status"], env, timeout=2)
     finally:
         silent.close()
+
+
+def test_the_servers_carry_no_tests_home(skyd_home: Path) -> None:
+    """A server outlives the test that started it: its /proc environ names no SKYD_HOME or
+    HOME, or leak checks that look for a test's home there (the kill -9 harness's) would
+    count it as that test's leftover."""
+    assert forkserver.run([str(SKYD_BIN), "--version"], dict(os.environ), timeout=60).returncode == 0
+    with running_daemon():
+        pass
+    pids = forkserver.server_pids()
+    assert len(pids) == 2
+    for pid in pids:
+        names = {v.split(b"=", 1)[0] for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")}
+        assert not names & {b"SKYD_HOME", b"HOME", b"SKYD_SOCKET"}, names

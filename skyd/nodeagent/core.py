@@ -28,9 +28,19 @@ class SpecError(ValueError):
     pass
 
 
-#: a worker ends a rank whose head has not asked about it for this long (the head polls
-#: every rank at least every 10 s while it drives the job, and gives up after ~30 s)
+#: a worker ends a rank whose head has not asked about it for this long, and the head gives
+#: up on a worker it cannot reach for this long (it polls every rank at least every third
+#: of it, at most every 10 s, while it drives the job); SKYD_RANK_LEASE_S or --rank-lease
 RANK_LEASE_S = 30.0
+
+
+def rank_lease_from_env() -> float:
+    """SKYD_RANK_LEASE_S (seconds, > 0), else RANK_LEASE_S."""
+    try:
+        v = float(os.environ.get("SKYD_RANK_LEASE_S") or RANK_LEASE_S)
+    except ValueError:
+        return RANK_LEASE_S
+    return v if v > 0 else RANK_LEASE_S
 
 
 class Agent:
@@ -48,8 +58,9 @@ class Agent:
         self.life_r, self.life_w = os.pipe()
         self.ex = Executor(home, self.queue, self.vendor, cluster, life_fd=self.life_r)
         # worker side: when the head last asked about each job's rank (see reap_orphans)
-        self.rank_lease_s = RANK_LEASE_S
+        self.rank_lease_s = rank_lease_from_env()
         self.head_seen: dict[int, float] = {}
+        self.head_asking: dict[int, int] = {}  # the head's long polls in flight, per job
         self.reaping: set[int] = set()
         self.drivers: dict[int, asyncio.Task] = {}  # type: ignore[type-arg]
         self.cancelling: set[int] = set()  # jobs being cancelled: no new driver for them
@@ -132,7 +143,7 @@ class Agent:
             self._spawn_driver(job)
 
     def _spawn_driver(self, job: dict[str, Any]) -> None:
-        ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
+        ranks = gang.make_ranks(self.ex, job, self.peer_ssl, self.rank_lease_s)
         task = asyncio.ensure_future(gang.drive(self.queue, job["job_id"], ranks))
         self.drivers[job["job_id"]] = task
 
@@ -199,7 +210,7 @@ class Agent:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if job["status"] in jq.ACTIVE:
-            ranks = gang.make_ranks(self.ex, job, self.peer_ssl)
+            ranks = gang.make_ranks(self.ex, job, self.peer_ssl, self.rank_lease_s)
             await asyncio.gather(*(r.kill() for r in ranks))
             for r in ranks:
                 if isinstance(r, gang.RemoteRank):
@@ -235,8 +246,8 @@ class Agent:
         now = time.monotonic()
         for row in self.queue.running_ranks():
             job_id = row["job_id"]
-            if job_id in self.reaping:
-                continue
+            if job_id in self.reaping or self.head_asking.get(job_id):
+                continue  # being ended, or the head is waiting on it right now
             seen = self.head_seen.setdefault(job_id, now)  # a restarted worker: from now
             if now - seen > self.rank_lease_s:
                 log.warning("job %d: the head has not asked about rank %d for %.0f s; ending it",

@@ -38,23 +38,32 @@ class LocalRank:
 
 class RemoteRank:
     def __init__(self, address: str, tls: ssl.SSLContext | None, job_id: int, rank: int,
-                 spec: dict[str, Any]) -> None:  # fmt: skip
+                 spec: dict[str, Any], lease_s: float = 30.0) -> None:  # fmt: skip
         host, _, port = address.rpartition(":")
         self.client = AgentClient(host, int(port), ssl=tls)
         self.job_id, self.rank, self.spec = job_id, rank, spec
+        # the worker ends a rank its head has not asked about for lease_s: ask well within
+        # it; and a worker unreachable for lease_s is lost
+        self.lease_s = lease_s
+        self.poll_s = min(10.0, lease_s / 3)
 
     async def start(self, phase: str) -> None:
         await self.client.start_rank(self.job_id, self.rank, phase, self.spec)
 
     async def wait(self, phase: str) -> Outcome:
-        failures = 0
+        loop = asyncio.get_event_loop()
+        unreachable_since = None  # type: Optional[float]
         while True:
             try:
-                st = await self.client.rank_status(self.job_id, self.rank, phase, wait_seconds=10)
-                failures = 0
+                st = await self.client.rank_status(self.job_id, self.rank, phase,
+                                                   wait_seconds=self.poll_s)  # fmt: skip
+                unreachable_since = None
             except (OSError, asyncio.TimeoutError, StreamTerminatedError):
-                failures += 1  # worker unreachable: retry for ~30 s, then the rank is lost
-                if failures > 30:
+                # worker unreachable: retry every second; after lease_s the rank is lost
+                now = loop.time()
+                if unreachable_since is None:
+                    unreachable_since = now
+                if now - unreachable_since >= self.lease_s:
                     return "lost", None
                 await asyncio.sleep(1.0)
                 continue
@@ -71,12 +80,14 @@ class RemoteRank:
         self.client.close()
 
 
-def make_ranks(ex: Executor, job: dict[str, Any], tls: ssl.SSLContext | None) -> list[Any]:
+def make_ranks(ex: Executor, job: dict[str, Any], tls: ssl.SSLContext | None,
+               lease_s: float = 30.0) -> list[Any]:  # fmt: skip
     spec = dict(job["spec"], secrets=ex.load_secrets(job["job_id"]))  # in memory only
     ranks: list[Any] = [LocalRank(ex, job["job_id"], spec, job["gpu_slots"])]
     for node in sorted(spec["nodes"], key=lambda n: n["rank"]):
         if node["rank"] > 0:
-            ranks.append(RemoteRank(node["address"], tls, job["job_id"], node["rank"], spec))
+            ranks.append(RemoteRank(node["address"], tls, job["job_id"], node["rank"], spec,
+                                    lease_s))
     return ranks
 
 

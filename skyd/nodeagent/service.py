@@ -141,11 +141,16 @@ class NodeAgentService(pb.NodeAgentBase):
 
     async def rank_status(self, req: pb.RankStatusRequest) -> pb.RankState:
         self.agent.head_contact(req.job_id)
+        asking = self.agent.head_asking
+        asking[req.job_id] = asking.get(req.job_id, 0) + 1  # a head waiting is a head asking
         try:
             if req.wait_seconds > 0:
                 await self.agent.ex.wait(req.job_id, req.rank, req.phase, timeout=req.wait_seconds)
             return self._rank_state(req.job_id, req.rank, req.phase)
         finally:
+            asking[req.job_id] -= 1
+            if not asking[req.job_id]:
+                del asking[req.job_id]
             self.agent.head_contact(req.job_id)
 
     async def kill_rank(self, req: pb.KillRankRequest) -> pb.KillRankResponse:

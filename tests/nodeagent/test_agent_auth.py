@@ -197,9 +197,15 @@ def _rank_pids(home: Path, cluster: str, n: int) -> list[int]:
     return [int(f.read_text()) for f in files]
 
 
+@pytest.fixture
+def short_rank_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents (of the daemon started after this) give up on a silent peer after 5 s."""
+    monkeypatch.setenv("SKYD_RANK_LEASE_S", "5")
+
+
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "head"])
-def test_gang_job_ends_on_every_node_when_one_agent_dies(daemon: Any, skyd_home: Path,
-                                                         victim: int) -> None:  # fmt: skip
+def test_gang_job_ends_on_every_node_when_one_agent_dies(short_rank_lease: None, daemon: Any,
+                                                         skyd_home: Path, victim: int) -> None:  # fmt: skip
     name = f"gd{victim}"
     r = cli("launch", "-y", "-d", "-c", name, "--num-nodes", "2",
             "echo $$ > ~/rank.pid; sleep 300", timeout=120)  # fmt: skip
@@ -209,7 +215,8 @@ def test_gang_job_ends_on_every_node_when_one_agent_dies(daemon: Any, skyd_home:
     # The dead agent's rank goes with it, the other node's soon after (the head gives up on
     # an unreachable worker; a worker ends ranks its head stopped asking about).
     assert wait_for(lambda: not _alive(pids[victim]), timeout=10)
-    assert wait_for(lambda: not any(_alive(p) for p in pids), timeout=90), pids
+    # within the 5-s lease and some (the default lease alone is 30 s)
+    assert wait_for(lambda: not any(_alive(p) for p in pids), timeout=25), pids
     r = cli("cancel", "-y", name, "1", timeout=120)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "internal error" not in r.stderr

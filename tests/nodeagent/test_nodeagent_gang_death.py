@@ -44,7 +44,9 @@ def _all_gone(pids: list[int], timeout: float) -> bool:
 
 
 async def test_worker_agent_killed_ends_every_rank(agents: AgentFactory, tmp_path: Path) -> None:
-    nodes = [agents.start(f"n{r}", rank=r) for r in range(2)]
+    """The head gives up on a worker it cannot reach after the rank lease (5 s here, 30 s by
+    default: the job would not have failed within the wait below)."""
+    nodes = [agents.start(f"n{r}", rank=r, args=["--rank-lease", "5"]) for r in range(2)]
     pids = tmp_path / "pids"
     pids.mkdir()
     async with nodes[0].client() as c:
@@ -52,7 +54,7 @@ async def test_worker_agent_killed_ends_every_rank(agents: AgentFactory, tmp_pat
         head_rank, worker_rank = _rank_pids(pids, 2)
         nodes[1].kill9()
         assert _all_gone([worker_rank], 5), "the worker's rank outlived its agent"
-        job = await wait_status(c, j, "FAILED_DRIVER", timeout=60)
+        job = await wait_status(c, j, "FAILED_DRIVER", timeout=25)
         assert "rank 1" in job["reason"]
         assert _all_gone([head_rank], 10), "the head's rank outlived the job"
 
@@ -74,6 +76,19 @@ async def test_head_agent_killed_ends_every_rank(agents: AgentFactory, tmp_path:
         job = await wait_status(c, j, "FAILED_DRIVER", timeout=60)
         assert job["exit_code"] is None
         assert await c.cancel_jobs([j]) == []  # nothing left to cancel
+
+
+async def test_a_worker_leaves_alone_a_rank_its_head_is_waiting_on(agents: AgentFactory,
+                                                                  tmp_path: Path) -> None:  # fmt: skip
+    """The head's long poll of a rank is the head asking: a worker whose lease (2 s) is
+    shorter than the head's poll (10 s at the default lease) does not end the rank under it."""
+    nodes = [agents.start("n0", rank=0), agents.start("n1", rank=1, args=["--rank-lease", "2"])]
+    async with nodes[0].client() as c:
+        refs = [{"rank": i, "address": n.address, "internal_ip": "127.0.0.1"}
+                for i, n in enumerate(nodes)]  # fmt: skip
+        j = await c.submit_job({"run": "sleep 6", "num_nodes": 2, "nodes": refs})
+        job = await wait_status(c, j, {"SUCCEEDED", "FAILED"}, timeout=60)
+        assert job["status"] == "SUCCEEDED", job
 
 
 async def test_single_node_jobs_still_survive_their_agent(agents: AgentFactory, tmp_path: Path) -> None:

@@ -202,13 +202,16 @@ class _Server:
         self.path = os.path.join(self.dir, "s")
         self.env = dict(env)
         self.owner = os.getpid()
+        # Only what Python reads at start: the server is long-lived, and a test's SKYD_HOME or
+        # HOME in its /proc environ would make it look like that test's leftover process.
+        start = {k: v for k, v in self.env.items() if k in _START_KEYS or k == "PATH"}
         with open(os.path.join(self.dir, "server.log"), "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-c",
                  "import sys; sys.path.insert(0, sys.argv[3]); "
                  "from tests.support import forkserver; forkserver.serve(sys.argv[1], sys.argv[2])",
                  self.path, kind, str(REPO)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=start,
                 cwd=self.dir,
             )
         assert self.proc.stdout is not None
@@ -250,6 +253,21 @@ def _server_for(kind: str, env: dict[str, str]) -> _Server | None:
         if s is None or not s.usable() or _start_env(s.env) != _start_env(base):
             s = _servers[kind] = _Server(kind, base)
         return s if _start_env(s.env) == _start_env(env) else None
+
+
+def server_pids() -> list[int]:
+    """This process's live servers."""
+    return [s.proc.pid for s in _servers.values() if s.usable()]
+
+
+def reaped_cpu(kind: str) -> float:
+    """CPU seconds (user + sys) of the children this process's `kind` server has reaped
+    (bench/forkserver_bench.py); 0 before it has started."""
+    s = _servers.get(kind)
+    if s is None or not s.usable():
+        return 0.0
+    fields = Path(f"/proc/{s.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
 
 
 class Forked:
