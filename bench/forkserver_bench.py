@@ -86,8 +86,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=20, help="rounds (each measures both ways)")
     a = ap.parse_args()
+    empty = tempfile.NamedTemporaryFile("w", suffix=".yaml")  # noqa: SIM115 - the run's life
     base = {**os.environ, "PYTHONPATH": guarded_pythonpath(), "SKYD_SSH_CONFIG": "off",
-            "SKYPILOT_GLOBAL_CONFIG": "/dev/null"}
+            "SKYPILOT_GLOBAL_CONFIG": empty.name}
     base.pop("SKYD_TEST_PROC_LOG", None)
     os.environ.clear()
     os.environ.update(base)

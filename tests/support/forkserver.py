@@ -397,7 +397,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float | None = None,
 
 def spawn_daemon(env: dict[str, str], cwd: str, stderr: int | IO[bytes]) -> Forked | None:
     """``python -m skyd.daemon`` with stdin and stdout on /dev/null and stderr on a pipe
-    (``subprocess.PIPE``) or a file, forked from the daemon server; None when `env` needs a
+    (``subprocess.PIPE``), /dev/null (``subprocess.DEVNULL``) or a file, forked from the daemon server; None when `env` needs a
     fresh process (start it with subprocess then)."""
     server = _server_for("daemon", env)
     if server is None:
@@ -407,6 +407,8 @@ def spawn_daemon(env: dict[str, str], cwd: str, stderr: int | IO[bytes]) -> Fork
     err_r = -1
     if stderr == subprocess.PIPE:
         err_r, err_w = os.pipe()
+    elif stderr == subprocess.DEVNULL:
+        err_w = os.open(os.devnull, os.O_WRONLY)
     else:
         err_w = os.dup(stderr if isinstance(stderr, int) else stderr.fileno())
     argv = [sys.executable, "-m", "skyd.daemon"]
