@@ -240,9 +240,11 @@ class LocalProvisioner(Provisioner):
             if not nd.exists():
                 out.append(NODE_TERMINATED)
             elif (nd / STOPPED_MARK).exists():
-                # The agent writes the mark as its last step, then exits: until it has gone
-                # the node is stopping (a VM's STOPPING), not stopped.
-                out.append(NODE_PENDING if self.agent_alive(nd) else NODE_STOPPED)
+                # The agent writes the mark, then exits: until its process has gone the node
+                # is stopping (a VM's STOPPING), not stopped. It removes its agent.json before
+                # the interpreter's own exit, so the process itself is looked for too.
+                stopping = self.agent_alive(nd) or await anyio.to_thread.run_sync(_agents_on, nd)
+                out.append(NODE_PENDING if stopping else NODE_STOPPED)
             elif self.agent_alive(nd):
                 out.append(NODE_RUNNING)
             else:

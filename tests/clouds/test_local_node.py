@@ -301,3 +301,31 @@ def test_namespace_layout_binds_where_named_and_writes_nothing_on_the_host(tmp_p
     assert "holds this node's own directory" in r.stderr
     assert not os.path.lexists(f"/ns-{tag}") and not os.path.lexists(f"/tmp/m-{tag}")
     assert os.listdir(tmp_path / "exists") == []
+
+
+@pytest.mark.anyio
+async def test_a_node_whose_agent_is_still_exiting_is_stopping_not_stopped(tmp_path: Path) -> None:
+    """An autostopped agent writes its stopped mark, removes its agent.json, then the
+    interpreter exits: while its process lives the node is stopping (pending), so `status`
+    never shows STOPPED with the agent still running."""
+    import subprocess
+    import sys
+
+    from skyd.clouds.base import NODE_PENDING, NODE_STOPPED, ClusterHandle, NodeHandle
+    from skyd.clouds.local import STOPPED_MARK, LocalProvisioner
+
+    nd = tmp_path / "local" / "c" / "node-0"
+    nd.mkdir(parents=True)
+    (nd / STOPPED_MARK).write_text('{"stopped_at": 1, "down": false}')  # and no agent.json
+    handle = ClusterHandle("c", "local", None, None, None, False, {}, 1, 0.0,
+                           [NodeHandle(0, "n0", "127.0.0.1", node_dir=str(nd))], "t")
+    prov = LocalProvisioner(tmp_path / "local")
+    # a process with the agent's command line for this node, still finishing its exit
+    exiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "--home", str(nd)])  # fmt: skip
+    try:
+        assert await prov.query(handle) == [NODE_PENDING]
+    finally:
+        exiting.kill()
+        exiting.wait()
+    assert await prov.query(handle) == [NODE_STOPPED]
