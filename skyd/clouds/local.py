@@ -243,7 +243,8 @@ class LocalProvisioner(Provisioner):
                 # The agent writes the mark, then exits: until its process has gone the node
                 # is stopping (a VM's STOPPING), not stopped. It removes its agent.json before
                 # the interpreter's own exit, so the process itself is looked for too.
-                stopping = self.agent_alive(nd) or await anyio.to_thread.run_sync(_agents_on, nd)
+                stopping = self.agent_alive(nd) or bool(
+                    await anyio.to_thread.run_sync(_agents_on, nd))
                 out.append(NODE_PENDING if stopping else NODE_STOPPED)
             elif self.agent_alive(nd):
                 out.append(NODE_RUNNING)
