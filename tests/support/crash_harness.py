@@ -39,7 +39,10 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tests.support import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = ("tests.support.crash_scenarios_local", "tests.support.crash_scenarios_infra")
@@ -75,14 +78,17 @@ class TrialResult:
 class Daemon:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.Forked | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         from skyd.sdk.transport import socket_answers
+        from tests.support import forkserver
 
         err = open(Path(self.env["SKYD_HOME"]) / "daemon-test.stderr", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "skyd.daemon"], env=self.env,
-                                     cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+        # forked from the daemon server (tests/support/forkserver.py) where it can be
+        self.proc = forkserver.spawn_daemon(self.env, str(REPO), err) or subprocess.Popen(
+            [sys.executable, "-m", "skyd.daemon"], env=self.env, cwd=str(REPO),
+            stdout=subprocess.DEVNULL, stderr=err)
         err.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

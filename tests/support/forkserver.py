@@ -13,9 +13,10 @@ sees the exit code, or the signal that killed it, as from ``subprocess``.
 
 What a child cannot share with its server runs as a fresh process instead: a call whose
 environment differs from the server's in anything Python reads only when it starts
-(PYTHONPATH, locale, the network guard's log, ...). So do the tests about a process's own
-start (the console script's imports, ``skyd daemon start``, the kill -9 harness, which
-finds processes by the environment in /proc): they start their processes themselves.
+(PYTHONPATH, locale, whether the network guard is on, ...). So do the tests about a
+process's own start (the console script's imports, ``skyd daemon start``): they start
+their processes themselves. A forked child's /proc environ is its server's (only the
+settings above): the processes it starts with exec carry its own environment again.
 
 Protocol, one connection per process: the client sends one byte carrying three file
 descriptors (stdin, stdout, stderr), then a 4-byte length and a JSON request
@@ -47,8 +48,10 @@ REPO = Path(__file__).resolve().parents[2]
 _START_KEYS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONIOENCODING",
                "PYTHONUTF8", "PYTHONWARNINGS", "PYTHONHASHSEED", "PYTHONDEVMODE",
                "PYTHONFAULTHANDLER", "PYTHONTRACEMALLOC", "PYTHONUNBUFFERED",
-               "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "LC_CTYPE", "SKYD_NETGUARD_LOG",
-               "SKYD_TEST_PROC_LOG")
+               "PYTHONDONTWRITEBYTECODE", "LANG", "LC_ALL", "LC_CTYPE", "SKYD_TEST_PROC_LOG")
+# Read at start only for whether it is set (the network guard's hook is installed then);
+# the hook reads the file's name from the environment when it refuses something.
+_START_PRESENCE = ("SKYD_NETGUARD_LOG",)
 
 # What each kind imports before it forks. The CLI: its handlers' helpers (the parser
 # imports the command modules). The daemon: what `python -m skyd.daemon` imports first,
@@ -72,7 +75,8 @@ _PRELOAD = {
 
 
 def _start_env(env: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
-    return tuple((k, env.get(k)) for k in _START_KEYS)
+    return (tuple((k, env.get(k)) for k in _START_KEYS)
+            + tuple((k, "set" if env.get(k) else None) for k in _START_PRESENCE))
 
 
 # -- the server (its own process: python -P -c "...forkserver.serve(PATH, KIND)") ------------
@@ -204,7 +208,8 @@ class _Server:
         self.owner = os.getpid()
         # Only what Python reads at start: the server is long-lived, and a test's SKYD_HOME or
         # HOME in its /proc environ would make it look like that test's leftover process.
-        start = {k: v for k, v in self.env.items() if k in _START_KEYS or k == "PATH"}
+        start = {k: v for k, v in self.env.items()
+                 if k in _START_KEYS or k in _START_PRESENCE or k == "PATH"}
         with open(os.path.join(self.dir, "server.log"), "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-c",
