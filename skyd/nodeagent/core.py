@@ -36,11 +36,16 @@ RANK_LEASE_S = 30.0
 
 def rank_lease_from_env() -> float:
     """SKYD_RANK_LEASE_S (seconds, > 0), else RANK_LEASE_S."""
+    raw = os.environ.get("SKYD_RANK_LEASE_S") or ""
     try:
-        v = float(os.environ.get("SKYD_RANK_LEASE_S") or RANK_LEASE_S)
+        v = float(raw or RANK_LEASE_S)
     except ValueError:
-        return RANK_LEASE_S
-    return v if v > 0 else RANK_LEASE_S
+        v = 0.0
+    if v > 0:
+        return v
+    log.warning("SKYD_RANK_LEASE_S=%r is not a number of seconds > 0; using %.0f",
+                raw, RANK_LEASE_S)  # fmt: skip
+    return RANK_LEASE_S
 
 
 class Agent:

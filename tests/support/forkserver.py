@@ -55,9 +55,12 @@ _START_PRESENCE = ("SKYD_NETGUARD_LOG",)
 
 # What each kind imports before it forks. The CLI: its handlers' helpers (the parser
 # imports the command modules). The daemon: what `python -m skyd.daemon` imports first,
-# the models and wire types, and the libraries its first launches import. No skyd module
-# that registers anything when imported (verbs, plugins) is listed: a daemon imports those
-# itself, where its config says so.
+# then its plugins, loaded as every daemon loads them at start (`load_plugins`: the
+# built-in reads, then PLUGIN_MODULES in order, so every registration happens in a
+# daemon's own order; the modules that register anything at import are all among them),
+# then the models, wire types, libraries and skyd modules its start and first launches
+# import lazily (`python -X importtime` of a daemon's start, one `local` launch and `down`:
+# the skyd modules imported directly by code there).
 _PRELOAD = {
     "cli": ("skyd.cli.main", "skyd.cli.client", "skyd.cli.output", "skyd.cli.progress",
             "skyd.cli.users", "skyd.cli.compat_flags", "skyd.cli.secret_flags",
@@ -72,6 +75,28 @@ _PRELOAD = {
                "cryptography.hazmat.primitives.asymmetric.ec", "urllib3",
                "botocore.session", "aiobotocore.session", "aiobotocore.client", "asyncssh"),
 }
+_DAEMON_LAZY = (
+    "skyd.cloudnames", "skyd.clouds.aws.provisioner", "skyd.clouds.base", "skyd.clouds.billing",
+    "skyd.clouds.catalog_refresh", "skyd.clouds.config_support", "skyd.clouds.crusoe.catalog",
+    "skyd.clouds.crusoe.provisioner", "skyd.clouds.do.catalog", "skyd.clouds.do.provisioner",
+    "skyd.clouds.gcp.api", "skyd.clouds.gcp.catalog", "skyd.clouds.gcp.instances",
+    "skyd.clouds.gcp.provisioner", "skyd.clouds.hotaisle.provisioner",
+    "skyd.clouds.kubernetes.api", "skyd.clouds.kubernetes.config",
+    "skyd.clouds.kubernetes.inventory", "skyd.clouds.kubernetes.provisioner",
+    "skyd.clouds.local_machine", "skyd.clouds.local_net", "skyd.clouds.neocloud.check",
+    "skyd.clouds.runpod.api", "skyd.clouds.runpod.provisioner", "skyd.clouds.settings",
+    "skyd.clouds.slurm.config", "skyd.clouds.ssh.cloud", "skyd.clouds.vultr.provisioner",
+    "skyd.daemon.server", "skyd.jobs.controller", "skyd.jobs.manager", "skyd.jobs.pipeline_ops",
+    "skyd.models.dag", "skyd.models.envsubst", "skyd.models.precheck",
+    "skyd.models.secret_split", "skyd.nodeagent.client", "skyd.nodeagent.credentials",
+    "skyd.nodeagent.reaper", "skyd.pipeline.backend", "skyd.pipeline.checks",
+    "skyd.pipeline.cloudcheck", "skyd.pipeline.fit", "skyd.pipeline.jobspec",
+    "skyd.pipeline.jobwatch", "skyd.pipeline.leaks", "skyd.pipeline.lifecycle",
+    "skyd.pipeline.parsememo", "skyd.pipeline.plan_view", "skyd.pipeline.plancache",
+    "skyd.pipeline.planner", "skyd.pipeline.preflight", "skyd.pipeline.provision",
+    "skyd.pipeline.sshconfig", "skyd.pipeline.taskload", "skyd.serve.manager",
+    "skyd.storage.db", "skyd.storage.mounts", "skyd.storage.s3", "skyd.transports.fuse",
+    "skyd.transports.local", "skyd.transports.sandbox_ns")
 
 
 def _start_env(env: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
@@ -84,7 +109,11 @@ def _start_env(env: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
 def serve(path: str, kind: str) -> None:
     import importlib
 
-    for name in _PRELOAD[kind]:
+    if kind == "daemon":  # first what a daemon imports before anything else, in its order
+        from skyd.daemon.app import load_plugins
+
+        load_plugins()
+    for name in _PRELOAD[kind] + (_DAEMON_LAZY if kind == "daemon" else ()):
         importlib.import_module(name)
     if kind == "cli":
         from skyd.cli.commands import COMMAND_MODULES
