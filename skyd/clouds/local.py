@@ -51,6 +51,7 @@ from skyd.clouds.base import (
     ProvisionRequest,
 )
 from skyd.clouds.local_machine import detect_local_gpus, local_max_nodes, memory_gib
+from skyd.clouds.local_procs import agents_on, pid_alive
 from skyd.clouds.offering import Offering
 from skyd.transports import agent_deploy, sandbox_ns
 from skyd.transports.agent_deploy import AgentSite
@@ -89,24 +90,9 @@ class LocalProvisioner(Provisioner):
         except (OSError, ValueError):
             return None
 
-    @staticmethod
-    def _pid_alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # A zombie counts as dead.
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().split(")")[-1].split()[0] != "Z"
-        except OSError:
-            return True
-
     def agent_alive(self, node_dir: Path) -> bool:
         info = self._agent_info(node_dir)
-        return bool(info) and self._pid_alive(int(info["pid"]))  # type: ignore[index]
+        return bool(info) and pid_alive(int(info["pid"]))  # type: ignore[index]
 
     async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path,
                            secret: str, host: str = "127.0.0.1") -> dict[str, Any]:  # fmt: skip
@@ -244,7 +230,7 @@ class LocalProvisioner(Provisioner):
                 # is stopping (a VM's STOPPING), not stopped. It removes its agent.json before
                 # the interpreter's own exit, so the process itself is looked for too.
                 stopping = self.agent_alive(nd) or bool(
-                    await anyio.to_thread.run_sync(_agents_on, nd))
+                    await anyio.to_thread.run_sync(agents_on, nd))
                 out.append(NODE_PENDING if stopping else NODE_STOPPED)
             elif self.agent_alive(nd):
                 out.append(NODE_RUNNING)
@@ -273,15 +259,15 @@ class LocalProvisioner(Provisioner):
         async def one(node: NodeHandle) -> None:
             nd = Path(node.node_dir)
             info = self._agent_info(nd)
-            if not info or not self._pid_alive(int(info["pid"])):
+            if not info or not pid_alive(int(info["pid"])):
                 return
             site = self._site(handle, node.rank)
             await agent_deploy.request_exit(self.transport(node), site, handle.token, timeout=10)
             pid = int(info["pid"])
             with anyio.move_on_after(5):
-                while self._pid_alive(pid):
+                while pid_alive(pid):
                     await anyio.sleep(0.05)
-            if self._pid_alive(pid):
+            if pid_alive(pid):
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:
                         os.killpg(os.getpgid(pid), sig)
@@ -303,7 +289,7 @@ class LocalProvisioner(Provisioner):
         for nd in node_dirs:
             if nd.resolve() == root or not nd.resolve().is_relative_to(root):
                 continue  # only this infra's sandboxes
-            for pid in await anyio.to_thread.run_sync(_agents_on, nd):
+            for pid in await anyio.to_thread.run_sync(agents_on, nd):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
@@ -439,7 +425,7 @@ class LocalProvisioner(Provisioner):
         await unmount_under(cdir, wait=False)
         for nd in nds:
             info = self._agent_info(nd)
-            if info and self._pid_alive(int(info["pid"])):
+            if info and pid_alive(int(info["pid"])):
                 try:
                     os.killpg(os.getpgid(int(info["pid"])), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -537,27 +523,6 @@ async def _remove_tagged_containers(tag: str) -> None:
     res = await t.run(crt.FIND_RUNTIME, timeout=30)
     for rt in crt.parse_runtimes(res.stdout):
         await crt.remove_tagged(t, tag, rt)
-
-
-def _agents_on(node_dir: Path) -> list[int]:
-    """Live node-agent processes whose --home is this node dir (found in /proc)."""
-    wants = {b"\0--home\0" + str(p).encode() + b"\0" for p in (node_dir, Path(node_dir).resolve())}
-    out = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if any(w in cmd + b"\0" for w in wants) and LocalProvisioner._pid_alive(int(name)):
-            out.append(int(name))
-    return out
 
 
 class LocalCloud(Cloud):
