@@ -96,6 +96,7 @@ class LocalProvisioner(Provisioner):
 
     async def _start_agent(self, handle_cluster: str, rank: int, node_dir: Path,
                            secret: str, host: str = "127.0.0.1") -> dict[str, Any]:  # fmt: skip
+        from skyd.nodeagent import zygote
         from skyd.nodeagent.client import start_agent_detached
 
         (node_dir / "agent.json").unlink(missing_ok=True)
@@ -113,6 +114,7 @@ class LocalProvisioner(Provisioner):
             # Jobs inherit the agent's environment: `~` must be the sandbox's home/, so
             # setup/run writing ~/x stay inside SKYD_HOME (as ~/x file mounts do).
             env={**os.environ, "HOME": str(node_dir / "home"), sandbox_ns.ENV: str(wrapper)},
+            zygote=zygote.shared(),  # in the daemon: forked from a warm agent
         )
         return dict(info)
 

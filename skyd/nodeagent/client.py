@@ -15,6 +15,7 @@ OSError too), and one that does not answer asyncio.TimeoutError.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import ssl as _ssl
@@ -56,7 +57,11 @@ class AgentClient:
             from .credentials import client_ssl  # daemon only (needs cryptography)
 
             ssl = client_ssl(token)
-        config = Configuration(ssl_target_name_override=SERVER_NAME)
+        # The connection's window well above a stream's (4 MiB): a borrowed channel is
+        # shared (skyd.pipeline.agents), and a log stream nobody reads must not take the
+        # whole window and stall the calls beside it.
+        config = Configuration(ssl_target_name_override=SERVER_NAME,
+                               http2_connection_window_size=2 ** 31 - 1)
         if path:
             # An explicit codec: left to choose, grpclib imports googleapis' status protos
             # (~25 ms) for error details no agent sends.
@@ -73,19 +78,36 @@ class AgentClient:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close()
-        self._take_back_stray_cancels(exc_type)
+        self._take_back_stray_cancels(getattr(self, "_task", None), getattr(self, "_cancels", 0),
+                                      exc_type)
 
-    def _take_back_stray_cancels(self, exc_type: type[BaseException] | None) -> None:
+    @contextlib.asynccontextmanager
+    async def borrowed(self) -> AsyncIterator[AgentClient]:
+        """``async with c.borrowed():`` a block of the current task on a channel others share
+        (skyd.pipeline.agents pools them): what ``async with c`` does for its block but
+        close the channel; any number of tasks may be in such blocks at once."""
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
+        try:
+            yield self
+        except BaseException as e:
+            self._take_back_stray_cancels(task, cancels, type(e))
+            raise
+        self._take_back_stray_cancels(task, cancels, None)
+
+    @staticmethod
+    def _take_back_stray_cancels(task: asyncio.Task[Any] | None, cancels: int,
+                                 exc_type: type[BaseException] | None) -> None:
         """grpclib wakes a call whose connection was lost with a native ``Task.cancel()``
         and raises its own error instead, never calling ``uncancel()``. The pending request
         it leaves makes every later cancel scope in this task refuse to absorb its own
         cancellation (anyio then sees a native cancel), which escapes and cancels whatever
         task group holds the task: in the daemon, the root group. Take those requests back
-        unless the block is ending by a cancellation (then they may be real)."""
-        task = getattr(self, "_task", None)
+        unless the block is ending by a cancellation (then they may be real). ``cancels``:
+        the task's pending requests when the block began."""
         if task is None or (exc_type is not None and issubclass(exc_type, asyncio.CancelledError)):
             return
-        while task.cancelling() > self._cancels:
+        while task.cancelling() > cancels:
             task.uncancel()
 
     def close(self) -> None:
@@ -219,9 +241,16 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     if not kw.get("zipapp"):
         pp = child_env.get("PYTHONPATH")
         child_env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + pp if pp else "")
+    zygote = kw.pop("zygote", None)
+    argv = agent_command(home, **kw)
+    pid = None
+    if zygote is not None:  # a warm agent to fork from (zygote.py), or None: start fresh
+        pid = zygote.spawn(argv, child_env, os.getcwd(), str(home / "agent.log"))
+    if pid is not None:
+        return _wait_forked(home, pid, timeout)
     with open(str(home / "agent.log"), "ab") as log:
         proc = subprocess.Popen(
-            agent_command(home, **kw), stdin=subprocess.DEVNULL, stdout=log,
+            argv, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True, env=child_env, close_fds=True,
         )  # fmt: skip
     deadline = time.monotonic() + timeout
@@ -238,8 +267,40 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
     if proc.poll() is None:
         proc.kill()
     proc.wait()
-    tail = (home / "agent.log").read_bytes()[-2000:].decode(errors="replace")
-    raise RuntimeError(f"node agent in {home} did not start (exit {proc.returncode}): {tail}")
+    raise RuntimeError(f"node agent in {home} did not start (exit {proc.returncode}): "
+                       f"{_log_tail(home)}")
+
+
+def _wait_forked(home: Path, pid: int, timeout: float) -> dict[str, Any]:
+    """Wait for the agent forked by the helper (its child, reaped by it) to write agent.json."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = read_agent_json(home)
+        if info and info.get("pid") == pid:
+            return info
+        if not _running(pid):
+            raise RuntimeError(f"node agent in {home} did not start (it exited): "
+                               f"{_log_tail(home)}")
+        time.sleep(0.02)
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+    raise RuntimeError(f"node agent in {home} did not start in {timeout:g}s (killed): "
+                       f"{_log_tail(home)}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _log_tail(home: Path) -> str:
+    return (home / "agent.log").read_bytes()[-2000:].decode(errors="replace")
 
 
 def _parent_pid(pid: Any) -> int | None:

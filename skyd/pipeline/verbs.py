@@ -23,7 +23,7 @@ from skyd.errors import ClusterStateError, NotFoundError
 from skyd.pipeline import checks, cloudcheck, leaks, lifecycle, locks
 from skyd.pipeline import clusters_db as cdb
 from skyd.pipeline import schema as _schema  # noqa: F401 - registers the tables
-from skyd.pipeline.agents import agent
+from skyd.pipeline.agents import agent, close_agent_channels
 
 log = logging.getLogger("skyd.pipeline.verbs")
 
@@ -239,13 +239,20 @@ async def _leak_pass(daemon: Any) -> None:
 
 
 async def _startup(daemon: Any) -> None:
+    from skyd.nodeagent import zygote
+
+    zygote.enable()  # `local` agents fork from a warm one (started with the first)
     cdb.set_publisher(daemon.bus.publish)
     daemon.spawn("leak-pass", _leak_pass, daemon)
     daemon.spawn("cluster-refresher", _refresher, daemon)
 
 
 async def _shutdown(daemon: Any) -> None:
+    from skyd.nodeagent import zygote
+
     await close_clouds()  # every loaded provider's clients (HTTP sessions, SSH)
+    close_agent_channels()
+    await anyio.to_thread.run_sync(zygote.close_shared)
 
 
 # The launch path (provisioning, the agent's wire types) loads with the first launch or

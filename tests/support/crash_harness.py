@@ -136,6 +136,24 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+def daemon_and_helpers(pid: int) -> set[int]:
+    """The daemon and its own helper processes (the warm agent `local` nodes' agents fork
+    from: skyd/nodeagent/zygote.py), which live as long as it does: not leftovers while it
+    runs. The agents forked from the helper are not among them."""
+    out = {pid}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and "skyd.nodeagent.zygote" in _cmdline(int(name)):
+            out.add(int(name))
+    return out
+
+
 def leftover_pids(home: Path) -> list[int]:
     h = str(home)
     me = os.getpid()
