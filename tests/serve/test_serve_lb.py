@@ -6,17 +6,17 @@ from __future__ import annotations
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any
 
 import aiohttp
 import anyio
 import pytest
-from aiohttp import web
 
 from skyd.serve.autoscalers import autoscaler_for
 from skyd.serve.fastlb import FastLoadBalancer
 from skyd.serve.lb import LoadBalancer
-from tests.fakes.replica_app import make_app
+from tests.fakes.replica_app import serving
 
 pytestmark = pytest.mark.anyio
 IMPLS = [FastLoadBalancer, LoadBalancer]
@@ -28,14 +28,6 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _replica(rid: str) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(make_app(rid), access_log=None)
-    await runner.setup()
-    port = _port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
-
-
 class Rig:
     def __init__(self, lb: LoadBalancer, urls: list[str]) -> None:
         self.lb = lb
@@ -44,17 +36,18 @@ class Rig:
 
 
 async def _rig(cls: type[LoadBalancer], n: int, policy: str, **kw: Any) -> AsyncIterator[Rig]:
-    runners = [await _replica(str(i + 1)) for i in range(n)]
-    lb = cls("t", host="127.0.0.1", port=_port(), policy=policy, **kw)
-    lb.set_replicas([(i + 1, u, 1.0) for i, (_, u) in enumerate(runners)])
-    async with anyio.create_task_group() as tg:
-        await tg.start(lb.serve)
-        try:
-            yield Rig(lb, [u for _, u in runners])
-        finally:
-            tg.cancel_scope.cancel()
-            for r, _ in runners:
-                await r.cleanup()
+    async with AsyncExitStack() as replicas:  # closed after the load balancer has stopped
+        urls = [await replicas.enter_async_context(serving(str(i + 1))) for i in range(n)]
+        lb = cls("t", host="127.0.0.1", port=_port(), policy=policy, **kw)
+        lb.set_replicas([(i + 1, u, 1.0) for i, u in enumerate(urls)])
+        async with anyio.create_task_group() as tg:
+            await tg.start(lb.serve)
+            try:
+                yield Rig(lb, urls)
+            except GeneratorExit:
+                pass  # aclose(): end here, or the task group would raise it wrapped in a group
+            finally:
+                tg.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("cls", IMPLS)
