@@ -10,7 +10,6 @@ an unfinished teardown is finished.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from skyd.serve import status as st
 from skyd.serve.autoscalers import Autoscaler, Decision, autoscaler_for
 from skyd.serve.lb import LoadBalancer
 from skyd.serve.probe import Prober
+from skyd.serve.replica_port import local_replica_port
 
 if TYPE_CHECKING:
     from skyd.serve.manager import ServeManager
@@ -46,12 +46,6 @@ def lb_class() -> type[LoadBalancer]:
 @asynccontextmanager
 async def _nolock() -> AsyncIterator[None]:
     yield
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class ServiceController:
@@ -361,7 +355,7 @@ class ServiceController:
         task = dict(spec["task"])
         task.pop("service", None)
         local = self.m.is_local(task)
-        port = int(r["port"]) if r["port"] else (free_port() if local else self.m.replica_port(spec))
+        port = int(r["port"]) if r["port"] else (local_replica_port() if local else self.m.replica_port(spec))
         await self.db.update_replica(self.name, rid, status=st.PROVISIONING, port=port)
         self.log(f"replica {rid}: PROVISIONING {cluster} (port {port})")
         envs = {"SKYPILOT_SERVE_REPLICA_ID": str(rid), "SKYPILOT_SERVE_PORT": str(port),
