@@ -11,17 +11,9 @@ __all__ = ["agents_on", "pid_alive"]
 
 def pid_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+    from skyd.nodeagent.executor import pid_alive as running
+
+    return running(pid, None)
 
 
 def agents_on(node_dir: Path) -> list[int]:

@@ -273,12 +273,13 @@ def start_agent_detached_blocking(home: Path, *, timeout: float = 20.0,
 
 def _wait_forked(home: Path, pid: int, timeout: float) -> dict[str, Any]:
     """Wait for the agent forked by the helper (its child, reaped by it) to write agent.json."""
+    from .executor import pid_alive
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_agent_json(home)
         if info and info.get("pid") == pid:
             return info
-        if not _running(pid):
+        if not pid_alive(pid, None):
             raise RuntimeError(f"node agent in {home} did not start (it exited): "
                                f"{_log_tail(home)}")
         time.sleep(0.02)
@@ -288,15 +289,6 @@ def _wait_forked(home: Path, pid: int, timeout: float) -> dict[str, Any]:
         pass
     raise RuntimeError(f"node agent in {home} did not start in {timeout:g}s (killed): "
                        f"{_log_tail(home)}")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _log_tail(home: Path) -> str:

@@ -275,14 +275,6 @@ def _run_agent(req: dict[str, Any]) -> None:
             os._exit(code)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
 def serve(idle_s: float = IDLE_S) -> None:
     """The helper: import the agent, say how much room its command line has, then fork one
     agent per request until stdin closes or ``idle_s`` passes without one."""
@@ -291,6 +283,7 @@ def serve(idle_s: float = IDLE_S) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from skyd.nodeagent.executor import pid_alive
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps ended agents
     start, end = _argv_area()
     room = end - start if _write_cmdline([sys.executable, "-m", "skyd.nodeagent.zygote"]) else 0
@@ -305,7 +298,7 @@ def serve(idle_s: float = IDLE_S) -> None:
         while True:
             if b"\n" not in buf:
                 if not sel.select(idle_s):
-                    agents = {p for p in agents if _alive(p)}
+                    agents = {p for p in agents if pid_alive(p, None)}
                     if not agents:
                         return  # idle, and no agent of ours to reap
                     continue
