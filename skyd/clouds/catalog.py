@@ -16,6 +16,7 @@ Dynamic infras (``local``, ``ssh`` pools, ``kubernetes``) add rows with
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -246,7 +247,12 @@ class Catalog:
 
 
 # -- loading ------------------------------------------------------------------------------
-_cache: dict[tuple[str, str], Catalog] = {}
+# A catalog is cached by what it was read from: each source file's path, size and mtime. A
+# catalog refreshed by another process (`skyd gpus refresh`) is therefore read at the next
+# plan, and the same files read in another home (the bundled ones) are not parsed twice.
+_SourceKey = tuple[str, str, str | None, float | None, int, int]
+_cache: dict[tuple[bool, tuple[_SourceKey, ...]], Catalog] = {}
+_CACHED = 4  # catalogs kept (the newest used); older ones are dropped
 _lock = threading.Lock()
 
 
@@ -263,16 +269,22 @@ def _parse_ts(stem: str) -> float | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
 def _date_ts(d: str) -> float:
     return datetime.strptime(d, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
 
 
-def newest_cached(cloud: str) -> Path | None:
-    d = catalog_cache_dir() / cloud
+def newest_cached(cloud: str, cache: Path | None = None) -> Path | None:
+    d = (cache if cache is not None else catalog_cache_dir()) / cloud
     if not d.is_dir():
         return None
     files = sorted(p for p in d.glob("*.csv") if _parse_ts(p.stem) is not None)
     return files[-1] if files else None
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_clouds() -> tuple[str, ...]:
+    return tuple(sorted(f.stem for f in DATA_DIR.glob("*.csv")))  # part of the install
 
 
 def catalog_files(dir: str | os.PathLike[str] | None = None) -> tuple[list[CatalogSource], bool]:
@@ -285,18 +297,16 @@ def catalog_files(dir: str | os.PathLike[str] | None = None) -> tuple[list[Catal
             for f in sorted(p.glob("*.csv"))
         ], True
     out: list[CatalogSource] = []
-    clouds = {f.stem for f in DATA_DIR.glob("*.csv")}
+    bundled = set(_bundled_clouds())
     cache = catalog_cache_dir()
-    if cache.is_dir():
-        clouds |= {d.name for d in cache.iterdir() if d.is_dir()}
-    for cloud in sorted(clouds):
-        cached = newest_cached(cloud)
+    refreshed = {e.name for e in os.scandir(cache) if e.is_dir()} if cache.is_dir() else set()
+    for cloud in sorted(bundled | refreshed):
+        cached = newest_cached(cloud, cache) if cloud in refreshed else None
         if cached is not None:
             out.append(CatalogSource(cloud, "cache", str(cached), _parse_ts(cached.stem)))
             continue
-        f = DATA_DIR / f"{cloud}.csv"
-        if f.is_file():
-            out.append(CatalogSource(cloud, "bundled", str(f),
+        if cloud in bundled:
+            out.append(CatalogSource(cloud, "bundled", str(DATA_DIR / f"{cloud}.csv"),
                                      _date_ts(BUNDLED_DATES.get(cloud, _AMD_NOTES_DATE))))
     return out, False
 
@@ -309,20 +319,32 @@ def _read(src: CatalogSource) -> list[Offering]:
         return parse_rows(src.cloud, csv.reader(fh), source=src.path)
 
 
+def _source_key(src: CatalogSource) -> _SourceKey:
+    try:
+        st = os.stat(src.path) if src.path is not None else None
+    except OSError:
+        st = None  # gone since it was listed: reading it fails as before
+    return (src.cloud, src.kind, src.path, src.timestamp,
+            st.st_size if st else -1, st.st_mtime_ns if st else -1)
+
+
 def load_catalog(dir: str | os.PathLike[str] | None = None, *, reload: bool = False) -> Catalog:
-    """The process-wide catalog (cached per override dir / SKYD_HOME)."""
+    """The catalog of the override dir (or SKYD_HOME's refreshed and the bundled files),
+    read once per process for as long as its files are unchanged."""
     override = dir if dir is not None else settings.CATALOG_DIR.get()
-    key = (str(override or ""), "" if override else str(catalog_cache_dir()))
+    sources, is_override = catalog_files(override)
+    key = (is_override, tuple(_source_key(s) for s in sources))
     with _lock:
-        if not reload and key in _cache:
-            return _cache[key]
-        sources, is_override = catalog_files(override)
-        rows: list[Offering] = []
-        for s in sources:
-            rows.extend(_read(s))
-        enabled = [s.cloud for s in sources] if is_override else None
-        cat = Catalog(rows, enabled=enabled, sources={s.cloud: s for s in sources})
-        _cache[key] = cat
+        cat = None if reload else _cache.pop(key, None)
+        if cat is None:
+            rows: list[Offering] = []
+            for s in sources:
+                rows.extend(_read(s))
+            enabled = [s.cloud for s in sources] if is_override else None
+            cat = Catalog(rows, enabled=enabled, sources={s.cloud: s for s in sources})
+        _cache[key] = cat  # the newest used last
+        while len(_cache) > _CACHED:
+            del _cache[next(iter(_cache))]
         return cat
 
 

@@ -118,6 +118,41 @@ def test_catalog_dir_override_replaces_bundled_and_enables(tmp_path: Path, skyd_
     assert cat.age("mycloud") is not None and cat.age("mycloud") < 60  # type: ignore[operator]
 
 
+def test_the_same_files_are_one_catalog_and_a_changed_file_is_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog is kept for as long as its files are unchanged: two homes reading the same
+    bundled files share it, and a file another process wrote (a refresh, an edited override)
+    is read at the next load without a restart."""
+    import os
+
+    clear_catalog_cache()
+    monkeypatch.setenv("SKYD_HOME", str(tmp_path / "home-a"))
+    a = load_catalog()
+    monkeypatch.setenv("SKYD_HOME", str(tmp_path / "home-b"))
+    assert load_catalog() is a  # the bundled files, parsed once
+    assert load_catalog(reload=True) is not a
+
+    # another process refreshes AWS into home-b: its file is used from the next load
+    refreshed = tmp_path / "home-b" / "catalogs" / "aws" / "20260101T000000000000Z.csv"
+    refreshed.parent.mkdir(parents=True)
+    refreshed.write_text(HEADER + "\nfresh-type,,,4,16,,us-east-1,use1-az1,0.2,\n")
+    cat = load_catalog()
+    assert [o.instance_type for o in cat.offerings(cloud="aws")] == ["fresh-type"]
+    assert cat.source("aws").kind == "cache"  # type: ignore[union-attr]
+
+    # an override file edited in place (same name, new contents) is read again
+    d = tmp_path / "cat"
+    d.mkdir()
+    _write(d, "mycloud", "small,,,2,8,,r1,r1a,0.1,")
+    monkeypatch.setenv("SKYD_CATALOG_DIR", str(d))
+    assert [o.instance_type for o in load_catalog().offerings()] == ["small"]
+    _write(d, "mycloud", "small,,,2,8,,r1,r1a,0.1,", "large,,,8,32,,r1,r1a,0.4,")
+    st = (d / "mycloud.csv").stat()
+    os.utime(d / "mycloud.csv", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert [o.instance_type for o in load_catalog().offerings()] == ["small", "large"]
+    clear_catalog_cache()
+
+
 def test_with_extra_is_a_view(bundled: Catalog) -> None:
     local = Offering("local", "local-node", "H100", 2.0, 16.0, 64.0, "local", None, 0.0, None)
     view = bundled.with_extra([local])

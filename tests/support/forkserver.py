@@ -96,7 +96,13 @@ _DAEMON_LAZY = (
     "skyd.pipeline.planner", "skyd.pipeline.preflight", "skyd.pipeline.provision",
     "skyd.pipeline.sshconfig", "skyd.pipeline.taskload", "skyd.serve.manager",
     "skyd.storage.db", "skyd.storage.mounts", "skyd.storage.s3", "skyd.transports.fuse",
-    "skyd.transports.local", "skyd.transports.sandbox_ns")
+    "skyd.transports.local", "skyd.transports.sandbox_ns",
+    # and what a whole-suite profile showed forked daemons still importing themselves: a
+    # config layer's schema, the Kubernetes client (~0.5 CPU-s), GCP's token source, the
+    # serving proxy, Slurm's provisioner (every in-tree provider's module is added below)
+    "skyd.config.schema", "skyd.models.loader", "kubernetes_asyncio", "kubernetes_asyncio.client",
+    "kubernetes_asyncio.config", "gcloud.aio.auth", "skyd.serve.fastlb",
+    "skyd.clouds.slurm.provisioner")
 
 
 def _start_env(env: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
@@ -115,6 +121,13 @@ def serve(path: str, kind: str) -> None:
         load_plugins()
     for name in _PRELOAD[kind] + (_DAEMON_LAZY if kind == "daemon" else ()):
         importlib.import_module(name)
+    if kind == "daemon":
+        from skyd.cloudnames import PROVIDERS
+        from skyd.clouds.catalog import load_catalog
+
+        for spec in PROVIDERS.values():
+            importlib.import_module(spec.partition(":")[0])
+        load_catalog()  # the bundled files: a child reading the same files reuses it
     if kind == "cli":
         from skyd.cli.commands import COMMAND_MODULES
 

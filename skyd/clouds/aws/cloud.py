@@ -22,7 +22,9 @@ def known_regions() -> frozenset[str]:
     try:
         import botocore.session
 
-        s = botocore.session.get_session()
+        from skyd.clouds.aws.session import with_shared_loader
+
+        s = with_shared_loader(botocore.session.get_session())
         for part in s.get_available_partitions():
             out.update(s.get_available_regions("ec2", partition_name=part))
     except ImportError:
