@@ -72,6 +72,21 @@ __all__ = [
 RELAY_SESSIONS_PER_CONN = 8
 
 
+_GCM = ("aes256-gcm@openssh.com", "aes128-gcm@openssh.com")
+
+
+def cipher_order() -> list[str]:
+    """asyncssh's default ciphers with AES-GCM first. Every frame to an agent crosses the
+    SSH connection, and asyncssh's ChaCha20-Poly1305 builds two cipher objects per packet: on
+    small packets AES-GCM costs 1.6-2.5x less CPU at both ends (bench/ssh_cipher_bench.py).
+    Every OpenSSH since 6.2 offers it; a server that does not still gets its own choice
+    from the rest of the list."""
+    from asyncssh.encryption import get_default_encryption_algs
+
+    rest = [a.decode() for a in get_default_encryption_algs()]
+    return [a for a in _GCM if a in rest] + [a for a in rest if a not in _GCM]
+
+
 @dataclass
 class _RelayConn:
     conn: Any
@@ -142,6 +157,7 @@ class SSHTransport(Transport):
             "keepalive_interval": self.keepalive_interval,
             "keepalive_count_max": self.keepalive_count_max,
             "connect_timeout": self.connect_timeout,
+            "encryption_algs": cipher_order(),
         }
         if t.port:
             opts["port"] = t.port

@@ -63,3 +63,23 @@ async def test_real_sshd_transport_sync_and_agent(skyd_home: Path, tmp_path: Pat
                 await p.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("offered", "used"), [
+    (None, "aes256-gcm@openssh.com"),  # OpenSSH's defaults: AES-GCM, the cheaper one in asyncssh
+    ("chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com"),  # a server's own pick
+])
+async def test_the_cipher_is_aes_gcm_where_the_server_offers_it(
+        skyd_home: Path, tmp_path: Path, offered: str | None, used: str) -> None:
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="skyd-sshd-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    try:
+        async with real_sshd(work, ciphers=offered) as s:
+            async with SSHTransport(SSHTarget(s.host, s.port, s.user, str(s.key))) as t:
+                assert (await t.run("echo ok")).stdout == "ok\n"
+                conn = t._conn
+                assert conn is not None
+                assert (conn.get_extra_info("send_cipher"), conn.get_extra_info("recv_cipher")) == (used, used)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -62,8 +62,9 @@ class RealSSHD:
 async def real_sshd(
     tmp: Path, host: str = "127.0.0.2", port: int | None = None, *,
     allow_tcp_forwarding: bool = True, user: str = USER,
-    allow_stream_local_forwarding: bool = True,
+    allow_stream_local_forwarding: bool = True, ciphers: str | None = None,
 ) -> AsyncIterator[RealSSHD]:
+    """`ciphers`: sshd_config's Ciphers (what the server offers), else OpenSSH's default."""
     if port is None:  # a free port, so that another run's sshd is never the one we reach
         with socket.socket() as probe:
             probe.bind((host, 0))
@@ -88,6 +89,7 @@ async def real_sshd(
         "Subsystem sftp internal-sftp\nLogLevel ERROR\n"
         f"AllowTcpForwarding {'yes' if allow_tcp_forwarding else 'no'}\n"
         f"AllowStreamLocalForwarding {'yes' if allow_stream_local_forwarding else 'no'}\n"
+        + (f"Ciphers {ciphers}\n" if ciphers else "")
     )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     proc = await anyio.open_process([SSHD, "-D", "-e", "-f", str(conf)])
