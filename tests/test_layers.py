@@ -6,6 +6,7 @@ table."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +24,7 @@ FLOORS: dict[str, int] = {
 DAEMON_WIRING = {"skyd/daemon/app.py", "skyd/daemon/__init__.py", "skyd/daemon/__main__.py"}
 
 
+@functools.cache  # the tree does not change during a run: parse it once for these tests
 def _imports() -> list[tuple[str, str]]:
     """(file, imported module) for every absolute import of a skyd module."""
     out: list[tuple[str, str]] = []
