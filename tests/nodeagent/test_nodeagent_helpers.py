@@ -20,6 +20,21 @@ from skyd.nodeagent.client import AgentClient, start_agent_detached_blocking
 from skyd.nodeagent.jobqueue import TERMINAL
 
 FAST = ["--tick", "0.2", "--heartbeat-interval", "0.5"]
+_ZYGOTE: list[Any] = []  # this test process's warm agent helper, made on first use
+
+
+def _zygote() -> Any:
+    """Agents fork from one warm helper per test process, as a daemon's `local` agents do
+    (skyd/nodeagent/zygote.py; ~0.03 against ~0.2 CPU-s for a fresh interpreter). What
+    cannot fork (another interpreter, a zipapp) starts fresh, as in the daemon."""
+    if not _ZYGOTE:
+        import atexit
+
+        from skyd.nodeagent.zygote import AgentZygote
+
+        _ZYGOTE.append(AgentZygote())
+        atexit.register(_ZYGOTE[0].close)
+    return _ZYGOTE[0]
 
 
 @dataclass
@@ -76,6 +91,8 @@ class AgentFactory:
               **kw: Any) -> Agent:  # fmt: skip
         home = self.root / name
         extra = FAST + (args or [])
+        if not ({"python", "zipapp", "env"} & kw.keys()):
+            kw = {**kw, "zygote": _zygote()}
         info = start_agent_detached_blocking(home, token_file=self.token_file, rank=rank,
                                              cluster="c1", extra_args=extra, **kw)  # fmt: skip
         agent = Agent(home, "secret-token-123", info, dict(rank=rank, args=args, **kw))

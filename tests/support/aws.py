@@ -102,6 +102,8 @@ class Cloud:
     """moto + proxy (+ hosts): the whole fake AWS. ``env`` points a process at it."""
 
     def __init__(self, root: Path, hosts: int = 0) -> None:
+        self._boto: dict[tuple[str, str], Any] = {}
+        self._boto_lock = threading.Lock()
         self.moto, self.moto_url = start_moto()
         self.hosts = HostsThread(root / "hosts", hosts).start() if hosts else None
         self.proxy = AWSProxy(self.moto_url, hosts=self.hosts.addrs if self.hosts else [],
@@ -121,11 +123,17 @@ class Cloud:
         return out
 
     def boto(self, service: str = "ec2", region: str = REGION) -> Any:
-        """A plain boto3 client straight at moto (the test's own view, not through skyd)."""
+        """A plain boto3 client straight at moto (the test's own view, not through skyd);
+        one per service and region (a client is safe to share between threads)."""
         import boto3
 
-        return boto3.client(service, region_name=region, endpoint_url=self.moto_url,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        with self._boto_lock:
+            c = self._boto.get((service, region))
+            if c is None:
+                c = self._boto[(service, region)] = boto3.client(
+                    service, region_name=region, endpoint_url=self.moto_url,
+                    aws_access_key_id="testing", aws_secret_access_key="testing")
+            return c
 
     def leftovers(self, region: str = REGION) -> dict[str, list[str]]:
         """What skyd made that is still there: live instances, security groups and key pairs
