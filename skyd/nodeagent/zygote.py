@@ -283,7 +283,11 @@ def serve(idle_s: float = IDLE_S) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    import gc
+
     from skyd.nodeagent.executor import pid_alive
+
+    gc.freeze()  # the imported agent: shared with every fork, never walked by its collections
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps ended agents
     start, end = _argv_area()
     room = end - start if _write_cmdline([sys.executable, "-m", "skyd.nodeagent.zygote"]) else 0

@@ -133,6 +133,9 @@ def serve(path: str, kind: str) -> None:
 
         for name in COMMAND_MODULES:
             importlib.import_module(name)
+    import gc
+
+    gc.freeze()  # what the children inherit is never walked by their full collections
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path)
     srv.listen(64)
