@@ -72,8 +72,15 @@ async def test_launch_logs_down_through_the_tui(local_daemon: Path, tmp_path: Pa
         assert isinstance(jlog, LogScreen)
         await wait_for(pilot, lambda: any("hello-from-tui" in ln for ln in jlog.lines),
                        timeout=30, what="job output")
+        from skyd import paths
+        from skyd.clouds.local_procs import agents_on
+
+        node = paths.sandboxes_dir() / "tui-e2e" / "node-0"
+        assert agents_on(node), f"no agent runs for {node}"  # what the check below looks for
         await pilot.press("escape", "d")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm down")
         await pilot.press("y")
         await wait_for(pilot, lambda: "tui-e2e" not in clusters.rows, timeout=60, what="down")
+        # `down` leaves no agent of the cluster running (one was once seen orphaned here)
+        await wait_for(pilot, lambda: not agents_on(node), timeout=10, what="the agent gone")
     _ = os
