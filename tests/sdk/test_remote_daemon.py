@@ -208,10 +208,16 @@ async def test_the_host_daemon_killed_mid_stream_is_reattached(remote: Remote) -
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=remote.env, stdin=subprocess.DEVNULL)
     pidfile = remote.home / "run" / "skyd.pid"
-    time.sleep(4)
+    assert p.stdout is not None
+    seen = []
+    for line in p.stdout:  # the job's output streams: the launch is mid-stream
+        seen.append(line)
+        if line.startswith("tick-"):
+            break
     pid = int(pidfile.read_text().strip())
     os.kill(pid, signal.SIGKILL)
     out, err = p.communicate(timeout=180)
+    out = "".join(seen) + out
     assert p.returncode == 0, out + err
     assert "re-attached" in err
     assert "tick-12" in out + err
