@@ -209,15 +209,16 @@ async def test_the_host_daemon_killed_mid_stream_is_reattached(remote: Remote) -
                          env=remote.env, stdin=subprocess.DEVNULL)
     pidfile = remote.home / "run" / "skyd.pid"
     assert p.stdout is not None
-    seen = []
-    for line in p.stdout:  # the job's output streams: the launch is mid-stream
-        seen.append(line)
-        if line.startswith("tick-"):
+    seen = b""  # read from the descriptor: communicate() reads it too, so nothing is left in a buffer
+    while b"tick-" not in seen:  # the job's output streams: the launch is mid-stream
+        chunk = os.read(p.stdout.fileno(), 4096)
+        if not chunk:
             break
+        seen += chunk
     pid = int(pidfile.read_text().strip())
     os.kill(pid, signal.SIGKILL)
     out, err = p.communicate(timeout=180)
-    out = "".join(seen) + out
+    out = seen.decode(errors="replace") + out
     assert p.returncode == 0, out + err
     assert "re-attached" in err
     assert "tick-12" in out + err
