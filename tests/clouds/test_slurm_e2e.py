@@ -65,7 +65,8 @@ async def test_launch_exec_queue_logs_down(cfg: SlurmFixture) -> None:
         # a process that escapes its job's session (linuxproc cannot see it): down still kills it.
         # The job waits until it has its own session: a job's end ends its process group, and
         # on a loaded machine the background child could still be in it (not yet escaped).
-        r = await cli("exec", "s1", "setsid sh -c 'echo $$ > esc.pid; exec sleep 300' >/dev/null 2>&1 "
+        r = await cli("exec", "s1", "rm -f esc.pid; "
+                      "setsid sh -c 'echo $$ > esc.pid; exec sleep 300' >/dev/null 2>&1 "
                       "</dev/null & while [ ! -s esc.pid ]; do sleep 0.05; done; echo spawned")
         assert r.returncode == 0 and "spawned" in r.stdout, r
         r = await cli("queue", "s1")

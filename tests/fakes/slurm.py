@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fakes.unixnames import per_worker, port_base
+from tests.fakes.unixnames import fresh_home, per_worker, port_base
 
 USER = per_worker("skydslurm")  # one user and one set of ports per xdist worker
 LOGIN_HOST = "127.0.0.27"
@@ -119,7 +119,7 @@ class SlurmFixture:
         r.mkdir(parents=True, exist_ok=True)
         os.chmod(r, 0o755)
         self.home = ensure_user()
-        shutil.rmtree(self.home / ".skyd", ignore_errors=True)  # a previous run's leftovers
+        fresh_home(self.home)  # what a previous run's jobs wrote there is not this run's
         # munge: own key, socket dir 0755
         md = r / "munge"
         md.mkdir(mode=0o700, exist_ok=True)

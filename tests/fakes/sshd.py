@@ -21,10 +21,13 @@ from pathlib import Path
 import anyio
 
 from tests.fakes.sshhost import make_keypair
-from tests.fakes.unixnames import per_worker
+from tests.fakes.unixnames import fresh_home, per_worker
 
 SSHD = "/usr/sbin/sshd"
 USER = per_worker("skydtest")  # skydtest-gwN under xdist
+# Where rootless podman keeps its images and settings under the user's home (containers-
+# storage.conf(5), containers.conf(5)): the container tests' image cache, kept between runs.
+ROOTLESS_PODMAN = (".local/share/containers", ".config/containers", ".config/cni", ".cache/containers")
 
 
 def unavailable_reason() -> str | None:
@@ -70,10 +73,9 @@ async def real_sshd(
             probe.bind((host, 0))
             port = int(probe.getsockname()[1])
     home = ensure_user(user)
-    # A fresh node: what an earlier test (or run) left in the shared user's skyd dirs is
-    # not this test's to find.
-    for left in (".skyd", ".cache/skyd"):
-        shutil.rmtree(home / left, ignore_errors=True)
+    # A fresh node: what an earlier test (or run) left in the shared user's home is not this
+    # test's to find; the rootless container runtime's image store stays (a cache).
+    fresh_home(home, keep=ROOTLESS_PODMAN)
     tmp.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o755)
     priv, pub = make_keypair(tmp / "client")
