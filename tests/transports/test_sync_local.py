@@ -79,6 +79,30 @@ async def test_sync_local_dir_excludes_stats_and_resync(tmp_path: Path, use_rsyn
     assert third.files == 1 and (dst / "main.py").read_text().endswith("changed\n")
 
 
+@pytest.mark.parametrize("use_rsync", [True, False], ids=["rsync", "python"])
+@pytest.mark.parametrize("single", [False, True], ids=["dir", "file"])
+async def test_an_edit_of_the_same_size_within_the_same_second_is_synced(
+    tmp_path: Path, use_rsync: bool, single: bool
+) -> None:
+    """Two quick launches: the workdir's copy changed (same size) within the second of the
+    last sync. A whole-second quick check (rsync's default) kept the old file on the node."""
+    if use_rsync and not shutil.which("rsync"):
+        pytest.skip("rsync not installed (apt-get install rsync)")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    f = src / "train.py"
+    f.write_text("print('train-v1')\n")
+    os.utime(f, ns=(1_700_000_000_100_000_000, 1_700_000_000_100_000_000))
+    a, b = (f, tmp_path / "one.py") if single else (src, dst)
+    await sync_local_dir(a, b, [], use_rsync=use_rsync)
+    f.write_text("print('train-v2')\n")
+    os.utime(f, ns=(1_700_000_000_600_000_000, 1_700_000_000_600_000_000))  # the same second
+    st = await sync_local_dir(a, b, [], use_rsync=use_rsync)
+    out = b if single else dst / "train.py"
+    assert out.read_text() == "print('train-v2')\n"
+    assert st.files == 1
+
+
 async def test_sync_single_file(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("abc")
     st = await sync_local_dir(tmp_path / "f.txt", tmp_path / "out" / "g.txt", [], use_rsync=False)
